@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Install the Debian packages Motor needs, only when something is missing.
+# Usage: scripts/deps.sh [extra-package ...]
+set -euo pipefail
+
+packages=(build-essential pkg-config cmake ninja-build
+  libmicrohttpd-dev libcurl4-openssl-dev libjansson-dev libcmocka-dev libsqlite3-dev
+  libgnutls28-dev curl python3 python3-pytest clang libclang-rt-14-dev
+  procps iproute2 "$@")
+
+missing=()
+for p in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  case "$status" in
+    *"install ok installed"*) ;;
+    *) missing+=("$p") ;;
+  esac
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "deps: missing: ${missing[*]}"
+if [ "$(id -u)" -ne 0 ]; then
+  echo "deps: not root; install them with: sudo apt-get install -y ${missing[*]}" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "deps: installed ${missing[*]}"

@@ -1,0 +1,53 @@
+/* motor — one binary, many roles. Thin dispatch only: every subcommand lives in its
+ * own module and is reached through the table below. */
+#include "cli/commands.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+struct subcommand {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+};
+
+static const struct subcommand subcommands[] = {
+    {"engine-sim", sim_main, "OpenAI-compatible engine simulator (vLLM surface, fault injection)"},
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out, "motor %s — orchestration for LLM inference fleets\n\n"
+                 "usage: motor <command> [options]\n       motor --version\n\ncommands:\n",
+            MOTOR_VERSION);
+    for (size_t i = 0; i < sizeof(subcommands) / sizeof(subcommands[0]); i++)
+        fprintf(out, "  %-14s %s\n", subcommands[i].name, subcommands[i].summary);
+    fprintf(out, "\n'motor <command> --help' shows the options of a command.\n");
+}
+
+int main(int argc, char **argv)
+{
+    /* A peer closing a socket must be an EPIPE, never a dead daemon. */
+    signal(SIGPIPE, SIG_IGN);
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
+        printf("motor %s\n", MOTOR_VERSION);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof(subcommands) / sizeof(subcommands[0]); i++) {
+        if (strcmp(cmd, subcommands[i].name) == 0)
+            return subcommands[i].run(argc - 1, argv + 1);
+    }
+    fprintf(stderr, "motor: unknown command '%s'\n\n", cmd);
+    usage(stderr);
+    return 2;
+}

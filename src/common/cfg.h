@@ -1,0 +1,60 @@
+/* cfg — typed access to JSON configuration with validation that collects every error.
+ *
+ * Getters take a dot-separated path relative to an object ("api_config.pod_ip"). A
+ * missing key (or JSON null) yields the default. A present key with the wrong type or
+ * out of range records an error naming the full path, the rule and the value found,
+ * and yields the default, so one pass reports all problems at once:
+ *
+ *   struct cfg_errors errs; cfg_errors_init(&errs, "motor_nodemanger_config");
+ *   int port = cfg_get_int(nm, "api_config.node_manager_port", 1026, 1, 65535, &errs);
+ *   ...
+ *   if (cfg_errors_count(&errs)) { fprintf(stderr, "%s\n", cfg_errors_text(&errs)); exit(1); }
+ *
+ * Types are strict: booleans are not numbers, numbers are not booleans; an integer
+ * getter accepts a JSON real only when it has no fraction (2.0). Not thread-safe. */
+#ifndef MOTOR_CFG_H
+#define MOTOR_CFG_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct cfg_errors {
+    char *prefix; /* prepended to every path ("" for none) */
+    char *text;   /* "path: message\n" lines */
+    size_t len;
+    int count;
+};
+
+void cfg_errors_init(struct cfg_errors *e, const char *prefix);
+void cfg_errors_release(struct cfg_errors *e);
+/* Record an error at path (relative to the prefix). */
+void cfg_error(struct cfg_errors *e, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+int cfg_errors_count(const struct cfg_errors *e);
+/* All errors, one per line ("" when none). Valid until the next cfg_error/release. */
+const char *cfg_errors_text(const struct cfg_errors *e);
+
+/* Read and parse a JSON file (max 16 MiB) whose top level must be an object. On error
+ * returns NULL and records why (missing file, syntax error with line/column). */
+json_t *cfg_load_file(const char *path, struct cfg_errors *e);
+
+/* Look up a dot path; NULL when missing or null. Borrowed reference. */
+json_t *cfg_lookup(json_t *obj, const char *path);
+
+int64_t cfg_get_int(json_t *obj, const char *path, int64_t def, int64_t min, int64_t max,
+                    struct cfg_errors *e);
+double cfg_get_double(json_t *obj, const char *path, double def, double min, double max,
+                      struct cfg_errors *e);
+bool cfg_get_bool(json_t *obj, const char *path, bool def, struct cfg_errors *e);
+/* Borrowed string (owned by obj) or def. */
+const char *cfg_get_string(json_t *obj, const char *path, const char *def, struct cfg_errors *e);
+/* One of allowed (NULL-terminated list; compared case-sensitively) or def. */
+const char *cfg_get_enum(json_t *obj, const char *path, const char *def,
+                         const char *const *allowed, struct cfg_errors *e);
+/* An object (borrowed) or NULL when missing; wrong type => error and NULL. */
+json_t *cfg_get_object(json_t *obj, const char *path, struct cfg_errors *e);
+json_t *cfg_get_array(json_t *obj, const char *path, struct cfg_errors *e);
+
+#endif

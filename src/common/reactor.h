@@ -1,0 +1,80 @@
+/* reactor — the epoll event loop every Motor daemon runs, one per thread.
+ *
+ * It owns: fd watches (epoll), monotonic timers (a min-heap driving one timerfd),
+ * signals (signalfd), child processes (pidfd readable = exited), and an eventfd inbox
+ * through which other threads hand work to the loop.
+ *
+ * Threading: everything here must be called from the thread running reactor_run(),
+ * except reactor_post() and reactor_stop(), which any thread may call.
+ *
+ * Callbacks may add or remove any watch or timer, including their own, and may free
+ * the object that holds the timer once it is stopped. */
+#ifndef MOTOR_REACTOR_H
+#define MOTOR_REACTOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/epoll.h>
+
+struct reactor;
+
+typedef void (*reactor_fd_cb)(struct reactor *r, int fd, uint32_t events, void *arg);
+typedef void (*reactor_timer_cb)(struct reactor *r, void *arg);
+typedef void (*reactor_signal_cb)(struct reactor *r, int signo, void *arg);
+typedef void (*reactor_task_fn)(void *arg);
+
+/* A timer lives in caller storage (libuv style): init once, start/stop any number of
+ * times; stop is idempotent, so the owner can always stop before freeing. */
+struct reactor_timer {
+    reactor_timer_cb cb;
+    void *arg;
+    int64_t due_ms;      /* absolute CLOCK_MONOTONIC ms */
+    int64_t interval_ms; /* > 0: periodic */
+    size_t heap_index;   /* SIZE_MAX when not armed */
+};
+
+/* NULL on failure (errno set). */
+struct reactor *reactor_new(void);
+/* Closes the reactor's own fds; watched fds are NOT closed (their owners close them).
+ * NULL-safe. */
+void reactor_free(struct reactor *r);
+
+/* Runs until reactor_stop(). Returns 0, or -errno if epoll failed. */
+int reactor_run(struct reactor *r);
+/* Asks the loop to return after the current iteration. Any thread; async-signal-safe. */
+void reactor_stop(struct reactor *r);
+/* Run one iteration waiting at most timeout_ms (-1 = forever). Tests use this.
+ * Returns the number of events dispatched or -errno. */
+int reactor_run_once(struct reactor *r, int timeout_ms);
+
+/* Watch fd for events (EPOLLIN|EPOLLOUT|...). One watch per fd. 0, -EEXIST, -errno. */
+int reactor_add_fd(struct reactor *r, int fd, uint32_t events, reactor_fd_cb cb, void *arg);
+/* Change the event mask of a watched fd. 0 or -ENOENT/-errno. */
+int reactor_mod_fd(struct reactor *r, int fd, uint32_t events);
+/* Stop watching fd (does not close it). Safe from inside that fd's own callback:
+ * pending events for it in the current batch are dropped. 0 or -ENOENT. */
+int reactor_del_fd(struct reactor *r, int fd);
+bool reactor_has_fd(struct reactor *r, int fd);
+
+void reactor_timer_init(struct reactor_timer *t, reactor_timer_cb cb, void *arg);
+/* (Re)arm: first expiry after delay_ms (0 = next iteration), then every interval_ms if
+ * > 0. Restarting an armed timer reschedules it. */
+void reactor_timer_start(struct reactor *r, struct reactor_timer *t, int64_t delay_ms,
+                         int64_t interval_ms);
+void reactor_timer_stop(struct reactor *r, struct reactor_timer *t);
+bool reactor_timer_active(const struct reactor_timer *t);
+
+/* Block these signals for the calling thread (call in main before threads exist) and
+ * deliver them through a signalfd to cb. Call once per reactor. 0 or -errno. */
+int reactor_watch_signals(struct reactor *r, const int *signals, size_t n, reactor_signal_cb cb,
+                          void *arg);
+
+/* Queue fn(arg) to run on the loop thread. Any thread. 0 or -errno. Tasks still queued
+ * when the reactor is freed are run (so their resources are released). */
+int reactor_post(struct reactor *r, reactor_task_fn fn, void *arg);
+
+/* Cached monotonic time of the current iteration (ms). */
+int64_t reactor_now(struct reactor *r);
+
+#endif

@@ -1,0 +1,53 @@
+/* util — allocation that aborts on OOM, clocks, and checked number parsing.
+ *
+ * Small allocations abort on OOM (CONVENTIONS §8), so error paths are about input and
+ * I/O. Every function here is thread-safe. */
+#ifndef MOTOR_UTIL_H
+#define MOTOR_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define MOTOR_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define MOTOR_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* Allocators: never return NULL (abort with a message on OOM). */
+void *xmalloc(size_t n);
+void *xcalloc(size_t count, size_t size);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);          /* NULL in, NULL out */
+char *xstrndup(const char *s, size_t n);
+/* printf into a fresh heap string (the replacement for sprintf). */
+char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* CLOCK_MONOTONIC in milliseconds: every timeout and duration. */
+int64_t mono_ms(void);
+/* CLOCK_MONOTONIC in microseconds, for latency measurements. */
+int64_t mono_us(void);
+/* Wall clock in milliseconds since the epoch: logs and API timestamps only. */
+int64_t wall_ms(void);
+/* ISO-8601 UTC with milliseconds ("2026-11-30T06:28:31.123Z") into buf (>= 32 bytes). */
+void wall_iso8601(int64_t wall_millis, char *buf, size_t cap);
+
+/* Parse a whole decimal string into [min, max]. Returns 0, -EINVAL (not a number,
+ * trailing junk, empty) or -ERANGE (outside the bounds). *out untouched on error. */
+int parse_i64(const char *s, int64_t min, int64_t max, int64_t *out);
+int parse_int(const char *s, int min, int max, int *out);
+/* Parse a finite double in [min, max]; same return codes. */
+int parse_double(const char *s, double min, double max, double *out);
+
+/* Constant-time comparison of two NUL-terminated secrets (length leaks only). */
+bool secret_equal(const char *a, const char *b);
+
+/* Write all of buf to fd, retrying on EINTR/partial writes. 0 or -errno. */
+int write_all(int fd, const void *buf, size_t n);
+/* Read a whole file (at most max_bytes) into a NUL-terminated heap buffer.
+ * Returns NULL with errno set (EFBIG when larger than max_bytes). */
+char *read_file(const char *path, size_t max_bytes, size_t *len_out);
+/* Write a file atomically: write to "<path>.tmp.<pid>", fsync, rename over path.
+ * 0 or -errno. */
+int write_file_atomic(const char *path, const void *data, size_t n, int mode);
+
+#endif
