@@ -11,7 +11,11 @@
  *   if (cfg_errors_count(&errs)) { fprintf(stderr, "%s\n", cfg_errors_text(&errs)); exit(1); }
  *
  * Types are strict: booleans are not numbers, numbers are not booleans; an integer
- * getter accepts a JSON real only when it has no fraction (2.0). Not thread-safe. */
+ * getter accepts a JSON real only when it has no fraction (2.0). A path through a
+ * non-object ("a.b" where a is 5) is reported once at the offending prefix ("a: must be
+ * an object, got 5"). Keys containing '.' cannot be addressed by a path. Strings with
+ * an embedded NUL are rejected. Control characters in recorded lines are shown as \xNN
+ * so a key from the file cannot forge report lines. Not thread-safe. */
 #ifndef MOTOR_CFG_H
 #define MOTOR_CFG_H
 
@@ -33,12 +37,18 @@ void cfg_errors_release(struct cfg_errors *e);
 void cfg_error(struct cfg_errors *e, const char *path, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int cfg_errors_count(const struct cfg_errors *e);
+/* Replace the prefix for errors recorded from now on, e.g. "cfg.servers[2]" while
+ * validating one array element with element-relative paths. */
+void cfg_errors_set_prefix(struct cfg_errors *e, const char *prefix);
 /* All errors, one per line ("" when none). Valid until the next cfg_error/release. */
 const char *cfg_errors_text(const struct cfg_errors *e);
 
 /* Read and parse a JSON file (max 16 MiB) whose top level must be an object. On error
  * returns NULL and records why (missing file, syntax error with line/column). */
 json_t *cfg_load_file(const char *path, struct cfg_errors *e);
+/* Parse len bytes of JSON text (max 16 MiB; need not be NUL-terminated) with the same
+ * rules and messages as cfg_load_file. New reference or NULL (error recorded). */
+json_t *cfg_load_buffer(const char *data, size_t len, struct cfg_errors *e);
 
 /* Look up a dot path; NULL when missing or null. Borrowed reference. */
 json_t *cfg_lookup(json_t *obj, const char *path);

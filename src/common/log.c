@@ -61,40 +61,48 @@ void log_set_fd(int fd)
     g_fd = fd;
 }
 
-/* A bounded line writer: appends until the cap, then silently drops the rest; `full`
- * tells the caller the line was cut so it can close the JSON object cleanly. */
+/* A bounded line writer. Pieces go in whole or not at all, so an escape or a UTF-8
+ * sequence is never cut; LINE_RESERVE bytes stay free for closing a cut string ("...\"")
+ * and the final "}\n", so the line is valid JSON whatever was dropped. */
 struct line {
     char buf[LOG_LINE_MAX];
     size_t len;
     bool full;
 };
 
-/* Room kept at the end for `..."}` + newline when a value is cut. */
 #define LINE_RESERVE 16
+#define LINE_LIMIT (LOG_LINE_MAX - LINE_RESERVE)
 
-static void put(struct line *l, const char *s, size_t n)
+static bool put(struct line *l, const char *s, size_t n)
 {
-    size_t room = sizeof(l->buf) - LINE_RESERVE - l->len;
-    if (n > room) {
-        n = room;
+    if (l->full || n > LINE_LIMIT - l->len) {
         l->full = true;
+        return false;
     }
     memcpy(l->buf + l->len, s, n);
     l->len += n;
+    return true;
 }
 
-static void puts_(struct line *l, const char *s)
+static bool puts_(struct line *l, const char *s)
 {
-    put(l, s, strlen(s));
+    return put(l, s, strlen(s));
 }
 
-static void put_json_string(struct line *l, const char *s)
+/* Append s as a JSON string. Returns false when nothing could be written (no room for
+ * the opening quote); a string cut short is closed with "...\"" and returns true with
+ * l->full set. Invalid UTF-8 bytes become \ufffd so the line stays parseable. */
+static bool put_json_string(struct line *l, const char *s)
 {
     static const char hex[] = "0123456789abcdef";
-    put(l, "\"", 1);
-    for (const unsigned char *p = (const unsigned char *)s; *p && !l->full; p++) {
+    if (!put(l, "\"", 1))
+        return false;
+    const char *p = s;
+    while (*p && !l->full) {
+        unsigned char c = (unsigned char)*p;
         char esc[6];
-        switch (*p) {
+        size_t n = 1;
+        switch (c) {
         case '"':
             put(l, "\\\"", 2);
             break;
@@ -111,35 +119,34 @@ static void put_json_string(struct line *l, const char *s)
             put(l, "\\t", 2);
             break;
         default:
-            if (*p < 0x20) {
+            if (c < 0x20) {
                 esc[0] = '\\';
                 esc[1] = 'u';
                 esc[2] = '0';
                 esc[3] = '0';
-                esc[4] = hex[*p >> 4];
-                esc[5] = hex[*p & 15];
+                esc[4] = hex[c >> 4];
+                esc[5] = hex[c & 15];
                 put(l, esc, 6);
+            } else if (c >= 0x80) {
+                n = utf8_seq_len(p);
+                if (n == 0) {
+                    put(l, "\\ufffd", 6);
+                    n = 1;
+                } else {
+                    put(l, p, n);
+                }
             } else {
-                put(l, (const char *)p, 1);
+                put(l, p, 1);
             }
         }
+        p += n;
     }
-    if (l->full) {
-        /* Never leave half a UTF-8 sequence or escape behind: back up to a safe point. */
-        while (l->len > 0 && ((unsigned char)l->buf[l->len - 1] & 0xC0) == 0x80)
-            l->len--;
-        if (l->len > 0 && ((unsigned char)l->buf[l->len - 1] & 0x80))
-            l->len--;
-        size_t bs = 0;
-        while (bs < l->len && l->buf[l->len - 1 - bs] == '\\')
-            bs++;
-        if (bs % 2)
-            l->len--;
-        memcpy(l->buf + l->len, "...\"", 4);
-        l->len += 4;
-        return;
-    }
-    put(l, "\"", 1);
+    if (!l->full && put(l, "\"", 1))
+        return true;
+    /* Cut: close from the reserve. */
+    memcpy(l->buf + l->len, "...\"", 4);
+    l->len += 4;
+    return true;
 }
 
 void log_emit(enum log_level level, const char *event, const struct log_field *fields, size_t n)
@@ -163,40 +170,48 @@ void log_emit(enum log_level level, const char *event, const struct log_field *f
         const struct log_field *f = &fields[i];
         if (!f->key)
             continue;
+        /* A field that does not fit is dropped whole (a cut key or number would be
+         * misleading); only a string value may be cut. */
+        size_t mark = l.len;
         char num[64];
-        puts_(&l, ",");
-        put_json_string(&l, f->key);
-        puts_(&l, ":");
-        switch (f->type) {
-        case LOG_FIELD_STR:
-            if (f->v.s)
-                put_json_string(&l, f->v.s);
-            else
-                puts_(&l, "null");
-            break;
-        case LOG_FIELD_INT:
-            snprintf(num, sizeof(num), "%lld", f->v.i);
-            puts_(&l, num);
-            break;
-        case LOG_FIELD_DBL:
-            if (isfinite(f->v.d))
-                snprintf(num, sizeof(num), "%.6g", f->v.d);
-            else
-                snprintf(num, sizeof(num), "null");
-            puts_(&l, num);
-            break;
-        case LOG_FIELD_BOOL:
-            puts_(&l, f->v.b ? "true" : "false");
-            break;
-        case LOG_FIELD_RAW:
-            /* Pre-rendered JSON is only safe whole: cut => replaced by null. */
-            if (f->v.s && strlen(f->v.s) < sizeof(l.buf) - LINE_RESERVE - l.len)
-                puts_(&l, f->v.s);
-            else
-                puts_(&l, "null");
-            break;
-        default:
-            puts_(&l, "null");
+        bool ok = puts_(&l, ",");
+        if (ok)
+            ok = put_json_string(&l, f->key) && !l.full;
+        if (ok)
+            ok = puts_(&l, ":");
+        if (ok) {
+            switch (f->type) {
+            case LOG_FIELD_STR:
+                ok = f->v.s ? put_json_string(&l, f->v.s) : puts_(&l, "null");
+                break;
+            case LOG_FIELD_INT:
+                snprintf(num, sizeof(num), "%lld", f->v.i);
+                ok = puts_(&l, num);
+                break;
+            case LOG_FIELD_DBL:
+                if (isfinite(f->v.d))
+                    snprintf(num, sizeof(num), "%.6g", f->v.d);
+                else
+                    snprintf(num, sizeof(num), "null");
+                ok = puts_(&l, num);
+                break;
+            case LOG_FIELD_BOOL:
+                ok = puts_(&l, f->v.b ? "true" : "false");
+                break;
+            case LOG_FIELD_RAW:
+                /* Pre-rendered JSON is only safe whole. */
+                if (!f->v.s || !puts_(&l, f->v.s)) {
+                    l.full = false;
+                    ok = puts_(&l, "null");
+                }
+                break;
+            default:
+                ok = puts_(&l, "null");
+            }
+        }
+        if (!ok) {
+            l.len = mark;
+            l.full = true;
         }
     }
     memcpy(l.buf + l.len, "}\n", 2);

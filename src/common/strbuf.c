@@ -94,9 +94,13 @@ int strbuf_appendf(struct strbuf *sb, const char *fmt, ...)
 int strbuf_put_json_string(struct strbuf *sb, const char *s)
 {
     static const char hex[] = "0123456789abcdef";
+    /* All or nothing: half a string literal would corrupt the document being built. */
+    size_t start = sb->len;
     int rc = strbuf_putc(sb, '"');
-    for (const unsigned char *p = (const unsigned char *)s; rc == 0 && *p; p++) {
-        switch (*p) {
+    const char *p = s;
+    while (rc == 0 && *p) {
+        unsigned char c = (unsigned char)*p;
+        switch (c) {
         case '"':
             rc = strbuf_append(sb, "\\\"", 2);
             break;
@@ -113,16 +117,30 @@ int strbuf_put_json_string(struct strbuf *sb, const char *s)
             rc = strbuf_append(sb, "\\t", 2);
             break;
         default:
-            if (*p < 0x20) {
-                char esc[6] = {'\\', 'u', '0', '0', hex[*p >> 4], hex[*p & 15]};
+            if (c < 0x20) {
+                char esc[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
                 rc = strbuf_append(sb, esc, sizeof(esc));
+            } else if (c >= 0x80) {
+                /* Strict parsers reject invalid UTF-8: replace each bad byte. */
+                size_t n = utf8_seq_len(p);
+                if (n == 0) {
+                    rc = strbuf_append(sb, "\\ufffd", 6);
+                } else {
+                    rc = strbuf_append(sb, p, n);
+                    p += n - 1;
+                }
             } else {
-                rc = strbuf_putc(sb, (char)*p);
+                rc = strbuf_putc(sb, (char)c);
             }
         }
+        p++;
     }
     if (rc == 0)
         rc = strbuf_putc(sb, '"');
+    if (rc != 0 && sb->buf) {
+        sb->len = start;
+        sb->buf[start] = '\0';
+    }
     return rc;
 }
 

@@ -30,7 +30,8 @@ int strbuf_append(struct strbuf *sb, const void *data, size_t n);
 int strbuf_puts(struct strbuf *sb, const char *s);
 int strbuf_putc(struct strbuf *sb, char c);
 int strbuf_appendf(struct strbuf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Append s as a JSON string literal (with quotes and escapes). */
+/* Append s as a JSON string literal (with quotes and escapes; each byte of invalid
+ * UTF-8 becomes \ufffd). All or nothing, like every append. */
 int strbuf_put_json_string(struct strbuf *sb, const char *s);
 
 /* The content ("" when empty); valid until the next append/release. */

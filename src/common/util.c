@@ -1,7 +1,10 @@
 #include "common/util.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
+#include <stdatomic.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -104,17 +107,64 @@ int64_t wall_ms(void)
 
 void wall_iso8601(int64_t wall_millis, char *buf, size_t cap)
 {
-    time_t secs = (time_t)(wall_millis / 1000);
+    /* Floor division: before the epoch, -1 ms is 23:59:59.999 of the previous second,
+     * not a negative millisecond field. */
+    int64_t ms = wall_millis % 1000;
+    int64_t secs64 = wall_millis / 1000;
+    if (ms < 0) {
+        ms += 1000;
+        secs64--;
+    }
+    time_t secs = (time_t)secs64;
     struct tm tm;
-    gmtime_r(&secs, &tm);
-    char base[24];
-    strftime(base, sizeof(base), "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(buf, cap, "%s.%03dZ", base, (int)(wall_millis % 1000));
+    char base[32];
+    if (!gmtime_r(&secs, &tm) || strftime(base, sizeof(base), "%Y-%m-%dT%H:%M:%S", &tm) == 0)
+        snprintf(base, sizeof(base), "1970-01-01T00:00:00");
+    snprintf(buf, cap, "%s.%03dZ", base, (int)ms);
+}
+
+size_t utf8_seq_len(const char *str)
+{
+    const unsigned char *s = (const unsigned char *)str;
+    unsigned char c = s[0];
+    if (c == 0)
+        return 0;
+    if (c < 0x80)
+        return 1;
+    size_t n;
+    uint32_t cp;
+    if (c >= 0xC2 && c <= 0xDF) {
+        n = 2;
+        cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+        n = 3;
+        cp = c & 0x0F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        n = 4;
+        cp = c & 0x07;
+    } else {
+        return 0; /* continuation byte, overlong C0/C1, F5..FF */
+    }
+    for (size_t i = 1; i < n; i++) {
+        if ((s[i] & 0xC0) != 0x80) /* also stops at the NUL */
+            return 0;
+        cp = (cp << 6) | (s[i] & 0x3F);
+    }
+    if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) || cp > 0x10FFFF ||
+        (cp >= 0xD800 && cp <= 0xDFFF))
+        return 0;
+    return n;
+}
+
+/* strtol/strtod skip leading white space; a "whole string" must not start with it. */
+static bool starts_clean(const char *s)
+{
+    return s && *s && !isspace((unsigned char)*s);
 }
 
 int parse_i64(const char *s, int64_t min, int64_t max, int64_t *out)
 {
-    if (!s || !*s)
+    if (!starts_clean(s))
         return -EINVAL;
     char *end = NULL;
     errno = 0;
@@ -138,14 +188,23 @@ int parse_int(const char *s, int min, int max, int *out)
 
 int parse_double(const char *s, double min, double max, double *out)
 {
-    if (!s || !*s)
+    if (!starts_clean(s))
+        return -EINVAL;
+    /* strtod also takes hex floats ("0x1p3"); configuration numbers are decimal. */
+    const char *digits = (*s == '+' || *s == '-') ? s + 1 : s;
+    if (digits[0] == '0' && (digits[1] == 'x' || digits[1] == 'X'))
         return -EINVAL;
     char *end = NULL;
     errno = 0;
     double v = strtod(s, &end);
-    if (end == s || *end != '\0' || !isfinite(v))
+    if (end == s || *end != '\0')
         return -EINVAL;
-    if (errno == ERANGE || v < min || v > max)
+    /* Overflow ("1e400") is a number out of range; "inf"/"nan" are not numbers. */
+    if (errno == ERANGE)
+        return -ERANGE;
+    if (!isfinite(v))
+        return -EINVAL;
+    if (v < min || v > max)
         return -ERANGE;
     *out = v;
     return 0;
@@ -153,6 +212,8 @@ int parse_double(const char *s, double min, double max, double *out)
 
 bool secret_equal(const char *a, const char *b)
 {
+    if (!a || !b)
+        return false;
     size_t la = strlen(a), lb = strlen(b);
     unsigned char diff = (unsigned char)(la != lb);
     size_t n = la > lb ? la : lb;
@@ -219,11 +280,28 @@ char *read_file(const char *path, size_t max_bytes, size_t *len_out)
     return buf;
 }
 
+/* fsync the directory holding path so the rename itself survives a crash. Best effort:
+ * the data is already safe in the new file either way. */
+static void fsync_parent(const char *path)
+{
+    char *copy = xstrdup(path);
+    int dfd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        (void)fsync(dfd);
+        close(dfd);
+    }
+    free(copy);
+}
+
 int write_file_atomic(const char *path, const void *data, size_t n, int mode)
 {
-    char *tmp = xasprintf("%s.tmp.%d", path, (int)getpid());
+    /* The pid alone is not unique: two threads writing the same path would share (and
+     * truncate) one temp file and could publish a mix. A process-wide sequence number
+     * makes each attempt's temp file its own; O_EXCL refuses a planted file or symlink. */
+    static _Atomic unsigned seq;
+    char *tmp = xasprintf("%s.tmp.%d.%u", path, (int)getpid(), atomic_fetch_add(&seq, 1));
     int rc = 0;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
     if (fd < 0) {
         rc = -errno;
         goto out;
@@ -237,6 +315,8 @@ int write_file_atomic(const char *path, const void *data, size_t n, int mode)
         rc = -errno;
     if (rc != 0)
         unlink(tmp);
+    else
+        fsync_parent(path);
 out:
     free(tmp);
     return rc;

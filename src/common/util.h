@@ -32,13 +32,21 @@ int64_t wall_ms(void);
 void wall_iso8601(int64_t wall_millis, char *buf, size_t cap);
 
 /* Parse a whole decimal string into [min, max]. Returns 0, -EINVAL (not a number,
- * trailing junk, empty) or -ERANGE (outside the bounds). *out untouched on error. */
+ * leading white space, trailing junk, empty, NULL) or -ERANGE (outside the bounds).
+ * *out untouched on error. */
 int parse_i64(const char *s, int64_t min, int64_t max, int64_t *out);
 int parse_int(const char *s, int min, int max, int *out);
-/* Parse a finite double in [min, max]; same return codes. */
+/* Parse a finite decimal double in [min, max]; same return codes (hex floats, inf and
+ * nan are -EINVAL; overflow like 1e400 is -ERANGE). */
 int parse_double(const char *s, double min, double max, double *out);
 
-/* Constant-time comparison of two NUL-terminated secrets (length leaks only). */
+/* Length (1..4) of the valid UTF-8 sequence starting at s; 0 when s is at the NUL or
+ * starts an invalid, overlong, surrogate or truncated sequence. For JSON/exposition
+ * writers that must never emit invalid UTF-8. */
+size_t utf8_seq_len(const char *s);
+
+/* Constant-time comparison of two NUL-terminated secrets (length leaks only); false
+ * when either is NULL. */
 bool secret_equal(const char *a, const char *b);
 
 /* Write all of buf to fd, retrying on EINTR/partial writes. 0 or -errno. */
@@ -46,8 +54,8 @@ int write_all(int fd, const void *buf, size_t n);
 /* Read a whole file (at most max_bytes) into a NUL-terminated heap buffer.
  * Returns NULL with errno set (EFBIG when larger than max_bytes). */
 char *read_file(const char *path, size_t max_bytes, size_t *len_out);
-/* Write a file atomically: write to "<path>.tmp.<pid>", fsync, rename over path.
- * 0 or -errno. */
+/* Write a file atomically: write to a fresh "<path>.tmp.<pid>.<seq>", fsync, rename over
+ * path, fsync the directory. The temp file is removed on failure. 0 or -errno. */
 int write_file_atomic(const char *path, const void *data, size_t n, int mode);
 
 #endif

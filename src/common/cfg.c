@@ -1,0 +1,453 @@
+#include "common/cfg.h"
+
+#include "common/strbuf.h"
+#include "common/util.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Configs are operator-written files, but a broken generator can produce one error per
+ * array element: keep the report readable and bounded. */
+#define CFG_ERRORS_TEXT_MAX (64 * 1024)
+#define CFG_FILE_MAX (16u * 1024 * 1024)
+/* Longest rendering of an offending value inside a message. */
+#define CFG_VALUE_SHOW_MAX 64
+
+void cfg_errors_init(struct cfg_errors *e, const char *prefix)
+{
+    memset(e, 0, sizeof(*e));
+    e->prefix = xstrdup(prefix ? prefix : "");
+}
+
+void cfg_errors_release(struct cfg_errors *e)
+{
+    if (!e)
+        return;
+    free(e->prefix);
+    free(e->text);
+    memset(e, 0, sizeof(*e));
+}
+
+void cfg_errors_set_prefix(struct cfg_errors *e, const char *prefix)
+{
+    char *p = xstrdup(prefix ? prefix : "");
+    free(e->prefix);
+    e->prefix = p;
+}
+
+static void errors_append(struct cfg_errors *e, const char *line, size_t n)
+{
+    e->text = xrealloc(e->text, e->len + n + 1);
+    memcpy(e->text + e->len, line, n);
+    e->len += n;
+    e->text[e->len] = '\0';
+}
+
+static void verror(struct cfg_errors *e, const char *path, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
+
+static void verror(struct cfg_errors *e, const char *path, const char *fmt, va_list ap)
+{
+    if (!e)
+        return;
+    static const char more[] = "(further errors omitted)\n";
+    e->count++;
+    /* Once the report is full (marked by its last line), only the count grows. */
+    if (e->len >= sizeof(more) - 1 &&
+        memcmp(e->text + e->len - (sizeof(more) - 1), more, sizeof(more) - 1) == 0)
+        return;
+    char *msg = NULL;
+    if (vasprintf(&msg, fmt, ap) < 0)
+        msg = NULL;
+    const char *prefix = e->prefix ? e->prefix : "";
+    const char *p = path ? path : "";
+    const char *dot = (*prefix && *p) ? "." : "";
+    const char *colon = (*prefix || *p) ? ": " : "";
+    char *raw = xasprintf("%s%s%s%s%s", prefix, dot, p, colon, msg ? msg : "invalid");
+    /* Keys come from the file: a newline or escape sequence in one must not forge
+     * extra report lines or reach a terminal raw. */
+    struct strbuf sb;
+    strbuf_init(&sb, 4 * strlen(raw) + 2);
+    for (const unsigned char *c = (const unsigned char *)raw; *c; c++) {
+        if (*c < 0x20 || *c == 0x7f)
+            (void)strbuf_appendf(&sb, "\\x%02x", *c);
+        else
+            (void)strbuf_putc(&sb, (char)*c);
+    }
+    (void)strbuf_putc(&sb, '\n');
+    free(raw);
+    char *line = strbuf_take(&sb);
+    size_t n = strlen(line);
+    if (e->len + n > CFG_ERRORS_TEXT_MAX) {
+        errors_append(e, more, sizeof(more) - 1);
+    } else {
+        errors_append(e, line, n);
+    }
+    free(line);
+    free(msg);
+}
+
+void cfg_error(struct cfg_errors *e, const char *path, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    verror(e, path, fmt, ap);
+    va_end(ap);
+}
+
+int cfg_errors_count(const struct cfg_errors *e)
+{
+    return e ? e->count : 0;
+}
+
+const char *cfg_errors_text(const struct cfg_errors *e)
+{
+    return (e && e->text) ? e->text : "";
+}
+
+/* ---- value rendering ---------------------------------------------------------------- */
+
+/* Shortest "%.*g" that reads back as the same double, so bounds and values print as
+ * the operator wrote them (0.001, not 0.0010000000000000000208). */
+static void fmt_double(double v, char *buf, size_t cap)
+{
+    if (isnan(v)) {
+        snprintf(buf, cap, "nan");
+        return;
+    }
+    if (isinf(v)) {
+        snprintf(buf, cap, v < 0 ? "-inf" : "inf");
+        return;
+    }
+    if (v == floor(v) && fabs(v) < 1e15) {
+        snprintf(buf, cap, "%.0f", v);
+        return;
+    }
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, cap, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v)
+            return;
+    }
+}
+
+/* A short, one-line rendering of a JSON value for an error message. */
+static char *render_value(const json_t *v)
+{
+    char num[64];
+    switch (json_typeof(v)) {
+    case JSON_OBJECT:
+        return xstrdup("an object");
+    case JSON_ARRAY:
+        return xstrdup("an array");
+    case JSON_TRUE:
+        return xstrdup("true");
+    case JSON_FALSE:
+        return xstrdup("false");
+    case JSON_NULL:
+        return xstrdup("null");
+    case JSON_INTEGER:
+        snprintf(num, sizeof(num), "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        return xstrdup(num);
+    case JSON_REAL:
+        fmt_double(json_real_value(v), num, sizeof(num));
+        return xstrdup(num);
+    case JSON_STRING: {
+        const char *s = json_string_value(v);
+        size_t len = json_string_length(v);
+        bool cut = false;
+        if (len > CFG_VALUE_SHOW_MAX) {
+            len = CFG_VALUE_SHOW_MAX;
+            cut = true;
+            /* Do not split a UTF-8 sequence. */
+            while (len > 0 && ((unsigned char)s[len] & 0xC0) == 0x80)
+                len--;
+        }
+        char *part = xstrndup(s, len);
+        struct strbuf sb;
+        strbuf_init(&sb, 8 * CFG_VALUE_SHOW_MAX);
+        (void)strbuf_put_json_string(&sb, part);
+        if (cut)
+            (void)strbuf_puts(&sb, "...");
+        free(part);
+        return strbuf_take(&sb);
+    }
+    }
+    return xstrdup("?");
+}
+
+/* ---- lookup ------------------------------------------------------------------------- */
+
+/* Walk a dot path. Returns the value (NULL when missing or null). When an intermediate
+ * component exists but is not an object, returns NULL and sets *bad to it and
+ * *bad_len to the length of the path prefix naming it. */
+static json_t *walk(json_t *obj, const char *path, json_t **bad, size_t *bad_len)
+{
+    if (bad)
+        *bad = NULL;
+    if (!obj || json_is_null(obj))
+        return NULL;
+    if (!path || !*path)
+        return obj;
+    json_t *cur = obj;
+    const char *p = path;
+    for (;;) {
+        if (!json_is_object(cur)) {
+            if (bad) {
+                *bad = cur;
+                *bad_len = p > path ? (size_t)(p - path - 1) : 0;
+            }
+            return NULL;
+        }
+        const char *dot = strchr(p, '.');
+        size_t n = dot ? (size_t)(dot - p) : strlen(p);
+        json_t *next = json_object_getn(cur, p, n);
+        if (!next || json_is_null(next))
+            return NULL;
+        if (!dot)
+            return next;
+        cur = next;
+        p = dot + 1;
+    }
+}
+
+json_t *cfg_lookup(json_t *obj, const char *path)
+{
+    return walk(obj, path, NULL, NULL);
+}
+
+/* Lookup for getters: a non-object on the way is reported once, at its own path. */
+static json_t *lookup_checked(json_t *obj, const char *path, struct cfg_errors *e)
+{
+    json_t *bad = NULL;
+    size_t bad_len = 0;
+    json_t *v = walk(obj, path, &bad, &bad_len);
+    if (!v && bad) {
+        char *where = xstrndup(path, bad_len);
+        char *shown = render_value(bad);
+        cfg_error(e, where, "must be an object, got %s", shown);
+        free(shown);
+        free(where);
+    }
+    return v;
+}
+
+static void type_error(struct cfg_errors *e, const char *path, const char *rule, const json_t *v)
+{
+    char *shown = render_value(v);
+    cfg_error(e, path, "%s, got %s", rule, shown);
+    free(shown);
+}
+
+/* ---- getters ------------------------------------------------------------------------ */
+
+int64_t cfg_get_int(json_t *obj, const char *path, int64_t def, int64_t min, int64_t max,
+                    struct cfg_errors *e)
+{
+    json_t *v = lookup_checked(obj, path, e);
+    if (!v)
+        return def;
+    char rule[128];
+    snprintf(rule, sizeof(rule), "must be an integer in [%" PRId64 ", %" PRId64 "]", min, max);
+    int64_t x;
+    if (json_is_integer(v)) {
+        x = (int64_t)json_integer_value(v);
+    } else if (json_is_real(v)) {
+        double d = json_real_value(v);
+        /* 2^63 is exactly representable; anything at or above it does not fit. */
+        if (!isfinite(d) || floor(d) != d || d < -9223372036854775808.0 ||
+            d >= 9223372036854775808.0) {
+            type_error(e, path, rule, v);
+            return def;
+        }
+        x = (int64_t)d;
+    } else {
+        type_error(e, path, rule, v);
+        return def;
+    }
+    if (x < min || x > max) {
+        type_error(e, path, rule, v);
+        return def;
+    }
+    return x;
+}
+
+double cfg_get_double(json_t *obj, const char *path, double def, double min, double max,
+                      struct cfg_errors *e)
+{
+    json_t *v = lookup_checked(obj, path, e);
+    if (!v)
+        return def;
+    char lo[40], hi[40], rule[128];
+    fmt_double(min, lo, sizeof(lo));
+    fmt_double(max, hi, sizeof(hi));
+    snprintf(rule, sizeof(rule), "must be a number in [%s, %s]", lo, hi);
+    if (!json_is_number(v)) {
+        type_error(e, path, rule, v);
+        return def;
+    }
+    double d = json_number_value(v);
+    if (!isfinite(d) || d < min || d > max) {
+        type_error(e, path, rule, v);
+        return def;
+    }
+    return d;
+}
+
+bool cfg_get_bool(json_t *obj, const char *path, bool def, struct cfg_errors *e)
+{
+    json_t *v = lookup_checked(obj, path, e);
+    if (!v)
+        return def;
+    if (!json_is_boolean(v)) {
+        type_error(e, path, "must be true or false", v);
+        return def;
+    }
+    return json_is_true(v);
+}
+
+/* A string value or NULL (after recording an error). */
+static const char *string_value(json_t *v, const char *path, const char *rule,
+                                struct cfg_errors *e)
+{
+    if (!json_is_string(v)) {
+        type_error(e, path, rule, v);
+        return NULL;
+    }
+    const char *s = json_string_value(v);
+    /* An embedded NUL would silently shorten a path or command handed to C APIs. */
+    if (strlen(s) != json_string_length(v)) {
+        cfg_error(e, path, "must not contain NUL characters");
+        return NULL;
+    }
+    return s;
+}
+
+const char *cfg_get_string(json_t *obj, const char *path, const char *def, struct cfg_errors *e)
+{
+    json_t *v = lookup_checked(obj, path, e);
+    if (!v)
+        return def;
+    const char *s = string_value(v, path, "must be a string", e);
+    return s ? s : def;
+}
+
+const char *cfg_get_enum(json_t *obj, const char *path, const char *def,
+                         const char *const *allowed, struct cfg_errors *e)
+{
+    json_t *v = lookup_checked(obj, path, e);
+    if (!v)
+        return def;
+    struct strbuf rule;
+    strbuf_init(&rule, 4096);
+    (void)strbuf_puts(&rule, "must be one of ");
+    for (size_t i = 0; allowed && allowed[i]; i++) {
+        if (i)
+            (void)strbuf_puts(&rule, ", ");
+        (void)strbuf_put_json_string(&rule, allowed[i]);
+    }
+    if (rule.overflow) {
+        strbuf_reset(&rule);
+        (void)strbuf_puts(&rule, "must be one of the allowed values");
+    }
+    const char *s = string_value(v, path, strbuf_str(&rule), e);
+    const char *result = def;
+    if (s) {
+        bool found = false;
+        for (size_t i = 0; allowed && allowed[i]; i++) {
+            if (strcmp(s, allowed[i]) == 0) {
+                found = true;
+                break;
+            }
+        }
+        if (found)
+            result = s;
+        else
+            type_error(e, path, strbuf_str(&rule), v);
+    }
+    strbuf_release(&rule);
+    return result;
+}
+
+json_t *cfg_get_object(json_t *obj, const char *path, struct cfg_errors *e)
+{
+    json_t *v = lookup_checked(obj, path, e);
+    if (!v)
+        return NULL;
+    if (!json_is_object(v)) {
+        type_error(e, path, "must be an object", v);
+        return NULL;
+    }
+    return v;
+}
+
+json_t *cfg_get_array(json_t *obj, const char *path, struct cfg_errors *e)
+{
+    json_t *v = lookup_checked(obj, path, e);
+    if (!v)
+        return NULL;
+    if (!json_is_array(v)) {
+        type_error(e, path, "must be an array", v);
+        return NULL;
+    }
+    return v;
+}
+
+/* ---- loading ------------------------------------------------------------------------ */
+
+json_t *cfg_load_buffer(const char *data, size_t len, struct cfg_errors *e)
+{
+    if (len > CFG_FILE_MAX) {
+        cfg_error(e, "", "config is larger than 16 MiB (%zu bytes)", len);
+        return NULL;
+    }
+    json_error_t jerr;
+    /* DECODE_ANY so a top-level array or scalar gets our clearer message below.
+     * Duplicate keys are accepted (last wins), as upstream's Python loader does. */
+    json_t *root = json_loadb(data ? data : "", data ? len : 0, JSON_DECODE_ANY, &jerr);
+    if (!root) {
+        cfg_error(e, "", "syntax error at line %d, column %d: %s", jerr.line, jerr.column,
+                  jerr.text);
+        return NULL;
+    }
+    if (!json_is_object(root)) {
+        char *shown = render_value(root);
+        cfg_error(e, "", "top level must be a JSON object, got %s", shown);
+        free(shown);
+        json_decref(root);
+        return NULL;
+    }
+    return root;
+}
+
+json_t *cfg_load_file(const char *path, struct cfg_errors *e)
+{
+    size_t len = 0;
+    char *data = read_file(path, CFG_FILE_MAX, &len);
+    if (!data) {
+        int err = errno;
+        if (err == EFBIG)
+            cfg_error(e, "", "%s: file is larger than 16 MiB", path);
+        else
+            cfg_error(e, "", "%s: cannot read: %s", path, strerror(err));
+        return NULL;
+    }
+    struct cfg_errors sub;
+    cfg_errors_init(&sub, "");
+    json_t *root = cfg_load_buffer(data, len, &sub);
+    free(data);
+    if (!root) {
+        /* Name the file in front of the parser's message. */
+        const char *t = cfg_errors_text(&sub);
+        size_t n = strlen(t);
+        if (n && t[n - 1] == '\n')
+            n--;
+        cfg_error(e, "", "%s: %.*s", path, (int)n, t);
+    }
+    cfg_errors_release(&sub);
+    return root;
+}
