@@ -48,6 +48,11 @@ struct reactor {
     struct reactor_timer **heap;
     size_t heap_len, heap_cap;
     int64_t armed_due; /* what the timerfd is set to; INT64_MAX = disarmed */
+    /* While run_due_timers() fires a batch: the batch's "now". A timer (re)started from a
+     * callback is due no earlier than batch_now + 1, so a callback restarting its own
+     * timer with delay 0 runs again next iteration, not 1024 times in this batch. */
+    bool in_timer_batch;
+    int64_t batch_now;
 
     pthread_mutex_t inbox_lock;
     struct task *inbox_head, *inbox_tail;
@@ -299,6 +304,8 @@ void reactor_timer_start(struct reactor *r, struct reactor_timer *t, int64_t del
     if (delay_ms < 0)
         delay_ms = 0;
     t->due_ms = mono_ms() + delay_ms;
+    if (r->in_timer_batch && t->due_ms <= r->batch_now)
+        t->due_ms = r->batch_now + 1;
     t->interval_ms = interval_ms > 0 ? interval_ms : 0;
     if (r->heap_len == r->heap_cap) {
         r->heap_cap = r->heap_cap ? r->heap_cap * 2 : 16;
@@ -322,6 +329,9 @@ static void run_due_timers(struct reactor *r)
 {
     int64_t now = mono_ms();
     r->now_ms = now;
+    bool nested = r->in_timer_batch;
+    r->in_timer_batch = true;
+    r->batch_now = now;
     /* Bound the batch so a 0-interval storm cannot starve I/O. */
     for (int fired = 0; r->heap_len && r->heap[0]->due_ms <= now && fired < 1024; fired++) {
         struct reactor_timer *t = r->heap[0];
@@ -340,6 +350,7 @@ static void run_due_timers(struct reactor *r)
         }
         t->cb(r, t->arg); /* may stop/restart/free t */
     }
+    r->in_timer_batch = nested;
     r->armed_due = -1; /* force a rearm: the timerfd expired */
     rearm_timerfd(r);
 }
@@ -454,13 +465,18 @@ int reactor_run_once(struct reactor *r, int timeout_ms)
 
 int reactor_run(struct reactor *r)
 {
-    r->stopping = false;
+    /* The flag is cleared on the way out, not on entry: a reactor_stop() that lands
+     * before the loop starts (a signal during startup, another thread racing ahead)
+     * must still stop it. */
+    int rc = 0;
     while (!r->stopping) {
-        int rc = reactor_run_once(r, -1);
+        rc = reactor_run_once(r, -1);
         if (rc < 0) {
             log_error("reactor_epoll_failed", LF_INT("errno", -rc));
-            return rc;
+            break;
         }
+        rc = 0;
     }
-    return 0;
+    r->stopping = false;
+    return rc;
 }
