@@ -14,9 +14,20 @@
  *   3. When the request is finished or aborted, the on_close callback (if set) runs and
  *      the request is freed. Whoever keeps a `struct httpd_req *` beyond the handler
  *      must set on_close and forget the pointer when it fires.
+ *      While a request is suspended (awaiting a late answer or stream data) its socket
+ *      is watched, so a client that goes away is noticed at once: the request is torn
+ *      down and on_close runs with httpd_req_client_gone() true. Inside on_close the
+ *      request is still readable; answering is ignored and stream writes return -EPIPE.
+ *      on_close runs exactly once, also from httpd_free().
  *
  * Errors are JSON. httpd_respond_error() produces upstream's FastAPI shape
- * {"detail": "..."}; callers with other shapes build the JSON themselves.
+ * {"detail": "..."}; callers with other shapes build the JSON themselves. Answers made
+ * by the server itself: 404 {"detail":"Not Found"}, 405 {"detail":"Method Not
+ * Allowed"} (with Allow), 413 {"detail":"request body too large"} (an announced
+ * Content-Length above the cap is refused before the body is read), 401/403 for API
+ * keys, 503 {"detail":"server shutting down"} for requests pending at httpd_free().
+ * Each finished request is logged at debug level ("http_request": method, path,
+ * status, duration_ms), except quiet_paths.
  *
  * Threading: everything on the reactor thread that owns the server. */
 #ifndef MOTOR_HTTPD_H
@@ -51,8 +62,9 @@ struct httpd_config {
     const char *tls_ca_file;
     const char *tls_key_password;
     /* API key: routes registered with HTTPD_ROUTE_AUTH require header api_key_header
-     * to equal api_key (constant-time compare); missing => 401, wrong => 403.
-     * NULL api_key disables the check. */
+     * (NULL = "X-Motor-Management-Key", upstream's) to equal api_key (constant-time
+     * compare); missing => 401 {"detail":"missing management key"}, wrong => 403
+     * {"detail":"invalid management key"}. NULL api_key disables the check. */
     const char *api_key_header;
     const char *api_key;
     /* Paths not logged per request (e.g. probes); NULL-terminated, may be NULL. */
@@ -62,19 +74,27 @@ struct httpd_config {
 /* Route flags. */
 #define HTTPD_ROUTE_AUTH 0x1u /* requires the configured API key */
 
-/* Start listening. NULL on failure (logged; errno set: EADDRINUSE, EINVAL, ...).
- * cfg strings are copied. */
+/* Start listening. NULL on failure (logged; errno set: EADDRINUSE, EINVAL for a bad
+ * host or TLS material MHD rejects, ENOENT/EACCES for unreadable TLS files, ...).
+ * host may be an IPv4/IPv6 literal or a name (resolved once, first address); "::"
+ * listens dual-stack. cfg strings are copied. */
 struct httpd *httpd_new(struct reactor *r, const struct httpd_config *cfg);
 /* Shut down in the safe order (quiesce, close streams and suspended requests — their
- * on_close callbacks run — then stop). NULL-safe. */
+ * on_close callbacks run — then stop). Pending requests are answered 503, open streams
+ * are ended cleanly and flushed for up to 1 s; no handler runs during the call.
+ * NULL-safe. Call it before freeing the reactor, and not from inside one of this
+ * server's handlers or callbacks. */
 void httpd_free(struct httpd *h);
 /* The bound TCP port (useful with port 0). */
 uint16_t httpd_port(const struct httpd *h);
 
 /* Register a route. method: "GET", "POST", ... ; pattern: an absolute path whose
  * segments may be "{name}" parameters, e.g. "/node-manager/engines/{id}/logs".
- * The first matching route wins. Unknown path => 404, known path with another
- * method => 405, both with {"detail": ...}. */
+ * The first matching route wins; a GET route also answers HEAD. Segments match
+ * exactly after MHD's percent-decoding ("/a/" is not "/a"); a parameter matches one
+ * non-empty segment. Unknown path => 404, known path with another method => 405, both
+ * with {"detail": ...}. An invalid pattern (not absolute, "{...}" not a whole segment,
+ * more than 8 parameters) is logged and ignored. */
 void httpd_route(struct httpd *h, const char *method, const char *pattern, httpd_handler fn,
                  void *arg, unsigned flags);
 
@@ -83,13 +103,14 @@ const char *httpd_req_method(const struct httpd_req *req);
 const char *httpd_req_path(const struct httpd_req *req);
 /* Path parameter by name (from "{name}"), NULL if absent. */
 const char *httpd_req_param(const struct httpd_req *req, const char *name);
-/* Query argument (already URL-decoded), NULL if absent. */
+/* Query argument (already URL-decoded, '+' = space), NULL if absent. */
 const char *httpd_req_query(const struct httpd_req *req, const char *name);
 /* Request header (case-insensitive), NULL if absent. */
 const char *httpd_req_header(const struct httpd_req *req, const char *name);
 /* The body (NUL-terminated; len may be 0). */
 const char *httpd_req_body(const struct httpd_req *req, size_t *len);
-/* Parse the body as JSON. NULL on error with a human message in err_msg (cap bytes).
+/* Parse the body as JSON (any JSON value; callers check the type). NULL on error
+ * (including an empty body) with a human message in err_msg (cap bytes).
  * Caller owns the returned reference. */
 json_t *httpd_req_json(const struct httpd_req *req, char *err_msg, size_t cap);
 /* Peer address as text ("127.0.0.1"). */
@@ -98,15 +119,18 @@ const char *httpd_req_peer(const struct httpd_req *req);
 int64_t httpd_req_start_ms(const struct httpd_req *req);
 struct httpd *httpd_req_server(const struct httpd_req *req);
 
-/* Callback when the request ends (answered and sent, or client gone). */
+/* Callback when the request ends (answered and sent, or client gone). cb NULL clears
+ * it (e.g. before answering a request whose owner no longer needs to hear about it). */
 void httpd_req_on_close(struct httpd_req *req, httpd_close_cb cb, void *arg);
-/* True once the client disconnected (a stream's writes are then discarded). */
+/* True once the client disconnected or the request ended abnormally (then stream
+ * writes return -EPIPE). */
 bool httpd_req_client_gone(const struct httpd_req *req);
 
 /* ---- answering ------------------------------------------------------------------ */
 /* Add a response header (before responding / before stream_begin). */
 void httpd_add_header(struct httpd_req *req, const char *name, const char *value);
-/* Answer with a body (copied). content_type NULL = "application/json". */
+/* Answer with a body (copied). content_type NULL = "application/json". Callable from
+ * the handler or later (from the reactor thread); a second answer is ignored (logged). */
 void httpd_respond(struct httpd_req *req, int status, const char *content_type, const void *body,
                    size_t len);
 /* Answer with JSON; steals the reference to body. */
@@ -115,11 +139,13 @@ void httpd_respond_json(struct httpd_req *req, int status, json_t *body);
 void httpd_respond_error(struct httpd_req *req, int status, const char *detail);
 
 /* ---- streaming (SSE and other chunked bodies) ------------------------------------ */
-/* Begin a chunked response (e.g. "text/event-stream"). Then any number of writes and
- * exactly one end. Writes are buffered and flushed as the socket allows; a slow client
+/* Begin a chunked response (content_type NULL = "text/event-stream"). Then any number
+ * of writes and one end; an end after the client went away (e.g. from on_close) is a
+ * harmless no-op. Writes are buffered and flushed as the socket allows; a slow client
  * never blocks the reactor (buffered bytes above 8 MiB => the stream is aborted). */
 void httpd_stream_begin(struct httpd_req *req, int status, const char *content_type);
-/* Returns 0, or -EPIPE when the client is gone (stop producing), -E2BIG on overflow. */
+/* Returns 0, or -EPIPE when the client is gone (stop producing), -E2BIG on overflow
+ * (the stream is then aborted), -EINVAL when no stream is open / it was ended. */
 int httpd_stream_write(struct httpd_req *req, const void *data, size_t len);
 /* Finish the stream; abort=true closes the connection without a clean chunked end. */
 void httpd_stream_end(struct httpd_req *req, bool abort);

@@ -1,0 +1,1308 @@
+/* httpd against a real client: the reactor runs on the test's main thread, a second
+ * thread makes blocking libcurl requests (CONVENTIONS §19: real sockets on 127.0.0.1,
+ * port 0, everything bounded by deadlines). */
+#include "common/httpd.h"
+#include "common/httpd_internal.h"
+#include "common/log.h"
+#include "common/reactor.h"
+#include "common/strbuf.h"
+#include "common/util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <curl/curl.h>
+
+#define CLIENT_TIMEOUT_MS 8000
+#define LOOP_DEADLINE_MS 15000
+
+/* ---- client side ------------------------------------------------------------------- */
+
+struct call {
+    /* request */
+    const char *method; /* NULL = GET */
+    char url[256];
+    const char *body;
+    size_t body_len;
+    size_t chunked_len; /* > 0: upload this many bytes with chunked encoding */
+    const char *headers[4];
+    CURL *easy; /* reuse a handle (keep-alive); NULL = a fresh one */
+    const char *cainfo, *cert, *key;
+    size_t abort_after;            /* > 0: abort the transfer once this many bytes arrived */
+    long timeout_ms;               /* 0 = CLIENT_TIMEOUT_MS */
+    bool keep_expect;              /* let curl send "Expect: 100-continue" */
+    atomic_bool *first_chunk_seen; /* set once any body byte arrived */
+    /* response */
+    CURLcode rc;
+    long status;
+    long connects;
+    int writes; /* write-callback invocations */
+    struct strbuf body_in;
+    char allow[128];
+    char content_type[128];
+    size_t uploaded;
+};
+
+static size_t on_write(char *p, size_t sz, size_t n, void *arg)
+{
+    struct call *c = arg;
+    c->writes++;
+    strbuf_append(&c->body_in, p, sz * n);
+    if (c->first_chunk_seen)
+        atomic_store(c->first_chunk_seen, true);
+    if (c->abort_after && c->body_in.len >= c->abort_after)
+        return 0; /* makes curl fail the transfer and close the connection */
+    return sz * n;
+}
+
+static void copy_header_value(char *dst, size_t cap, const char *line, size_t len, size_t skip)
+{
+    size_t v = skip;
+    while (v < len && line[v] == ' ')
+        v++;
+    size_t e = len;
+    while (e > v && (line[e - 1] == '\r' || line[e - 1] == '\n'))
+        e--;
+    snprintf(dst, cap, "%.*s", (int)(e - v), line + v);
+}
+
+static size_t on_header(char *p, size_t sz, size_t n, void *arg)
+{
+    struct call *c = arg;
+    size_t len = sz * n;
+    if (len > 6 && strncasecmp(p, "Allow:", 6) == 0)
+        copy_header_value(c->allow, sizeof(c->allow), p, len, 6);
+    if (len > 13 && strncasecmp(p, "Content-Type:", 13) == 0)
+        copy_header_value(c->content_type, sizeof(c->content_type), p, len, 13);
+    return len;
+}
+
+static size_t on_read(char *p, size_t sz, size_t n, void *arg)
+{
+    struct call *c = arg;
+    size_t left = c->chunked_len - c->uploaded;
+    size_t k = MOTOR_MIN(left, sz * n);
+    memset(p, 'x', k);
+    c->uploaded += k;
+    return k;
+}
+
+static void do_call(struct call *c)
+{
+    CURL *e = c->easy ? c->easy : curl_easy_init();
+    if (!e) /* no cmocka asserts off the main thread */
+        abort();
+    strbuf_init(&c->body_in, 64 << 20);
+    /* a reused handle keeps the previous request's options: reset them */
+    curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
+    curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, NULL);
+    curl_easy_setopt(e, CURLOPT_UPLOAD, 0L);
+    curl_easy_setopt(e, CURLOPT_NOBODY, 0L);
+    curl_easy_setopt(e, CURLOPT_URL, c->url);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS,
+                     c->timeout_ms ? c->timeout_ms : (long)CLIENT_TIMEOUT_MS);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, c);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, c);
+    struct curl_slist *hl = NULL;
+    for (size_t i = 0; i < ARRAY_LEN(c->headers) && c->headers[i]; i++)
+        hl = curl_slist_append(hl, c->headers[i]);
+    if (c->chunked_len) {
+        hl = curl_slist_append(hl, "Transfer-Encoding: chunked");
+        hl = curl_slist_append(hl, "Expect:");
+        curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);
+        curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, c->method ? c->method : "POST");
+        curl_easy_setopt(e, CURLOPT_READFUNCTION, on_read);
+        curl_easy_setopt(e, CURLOPT_READDATA, c);
+    } else if (c->body) {
+        curl_easy_setopt(e, CURLOPT_POSTFIELDS, c->body);
+        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, (long)c->body_len);
+        if (!c->keep_expect)
+            hl = curl_slist_append(hl, "Expect:");
+        if (c->method)
+            curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, c->method);
+    } else if (c->method && strcmp(c->method, "HEAD") == 0) {
+        curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+    } else if (c->method) {
+        curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, c->method);
+    }
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, hl);
+    if (c->cainfo)
+        curl_easy_setopt(e, CURLOPT_CAINFO, c->cainfo);
+    if (c->cert) {
+        curl_easy_setopt(e, CURLOPT_SSLCERT, c->cert);
+        curl_easy_setopt(e, CURLOPT_SSLKEY, c->key);
+    }
+    c->rc = curl_easy_perform(e);
+    curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &c->status);
+    curl_easy_getinfo(e, CURLINFO_NUM_CONNECTS, &c->connects);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, NULL);
+    curl_slist_free_all(hl);
+    if (!c->easy)
+        curl_easy_cleanup(e);
+}
+
+static void call_release(struct call *c)
+{
+    strbuf_release(&c->body_in);
+}
+
+/* A client thread runs a list of calls in order. */
+struct job {
+    struct reactor *r;
+    struct call **calls;
+    size_t ncalls;
+    atomic_bool done;
+    pthread_t th;
+};
+
+static void wake(void *arg)
+{
+    (void)arg;
+}
+
+static void *job_main(void *arg)
+{
+    struct job *j = arg;
+    for (size_t i = 0; i < j->ncalls; i++)
+        do_call(j->calls[i]);
+    atomic_store(&j->done, true);
+    reactor_post(j->r, wake, NULL); /* wake the loop so it notices promptly */
+    return NULL;
+}
+
+static void job_start(struct job *j, struct reactor *r, struct call **calls, size_t n)
+{
+    j->r = r;
+    j->calls = calls;
+    j->ncalls = n;
+    atomic_init(&j->done, false);
+    assert_int_equal(pthread_create(&j->th, NULL, job_main, j), 0);
+}
+
+/* Run the loop until pred() or every job is done; fails the test on the deadline. */
+static void loop_until(struct reactor *r, bool (*pred)(void *), void *arg)
+{
+    int64_t deadline = mono_ms() + LOOP_DEADLINE_MS;
+    while (!pred(arg)) {
+        if (mono_ms() > deadline)
+            fail_msg("deadline passed waiting for an event");
+        reactor_run_once(r, 50);
+    }
+}
+
+static bool job_done(void *arg)
+{
+    return atomic_load(&((struct job *)arg)->done);
+}
+
+static void job_wait(struct job *j)
+{
+    loop_until(j->r, job_done, j);
+    pthread_join(j->th, NULL);
+}
+
+/* One request from a client thread while the reactor runs here. */
+static void run_calls(struct reactor *r, struct call **calls, size_t n)
+{
+    struct job j;
+    job_start(&j, r, calls, n);
+    job_wait(&j);
+}
+
+static void run_call(struct reactor *r, struct call *c)
+{
+    run_calls(r, &c, 1);
+}
+
+/* ---- server side --------------------------------------------------------------------- */
+
+struct srv {
+    struct reactor *r;
+    struct httpd *h;
+    char base[64];
+    /* async / stream state */
+    struct reactor_timer timer;
+    struct httpd_req *held;
+    int closes;
+    bool gone_at_close;
+    int write_at_close;
+    int handled;
+    int stream_i;
+    atomic_bool client_saw_first;
+    int overflow_rc;
+};
+
+static void srv_start(struct srv *s, struct httpd_config *cfg)
+{
+    memset(s, 0, sizeof(*s));
+    s->r = reactor_new();
+    assert_non_null(s->r);
+    reactor_timer_init(&s->timer, NULL, s);
+    cfg->host = cfg->host ? cfg->host : "127.0.0.1";
+    s->h = httpd_new(s->r, cfg);
+    assert_non_null(s->h);
+    assert_true(httpd_port(s->h) > 0);
+    snprintf(s->base, sizeof(s->base), "%s://127.0.0.1:%u", cfg->tls_cert_file ? "https" : "http",
+             httpd_port(s->h));
+}
+
+static void srv_stop(struct srv *s)
+{
+    reactor_timer_stop(s->r, &s->timer);
+    httpd_free(s->h);
+    reactor_free(s->r);
+}
+
+static void url(struct call *c, const struct srv *s, const char *path)
+{
+    snprintf(c->url, sizeof(c->url), "%s%s", s->base, path);
+}
+
+/* ---- handlers -------------------------------------------------------------------------- */
+
+static void h_item(struct httpd_req *req, void *arg)
+{
+    struct srv *s = arg;
+    s->handled++;
+    const char *q = httpd_req_query(req, "q");
+    json_t *j = json_pack("{s:s, s:s, s:s?, s:s?, s:s, s:s?}", "id", httpd_req_param(req, "id"),
+                          "name", httpd_req_param(req, "name"), "q", q, "ua",
+                          httpd_req_header(req, "x-TEST-header"), "method", httpd_req_method(req),
+                          "missing", httpd_req_param(req, "nope"));
+    httpd_respond_json(req, 200, j);
+}
+
+static void h_echo_json(struct httpd_req *req, void *arg)
+{
+    char err[128];
+    json_t *j = httpd_req_json(req, err, sizeof(err));
+    if (!j) {
+        httpd_respond_error(req, 422, err);
+        return;
+    }
+    httpd_respond_json(req, 200, j);
+}
+
+static void h_body_len(struct httpd_req *req, void *arg)
+{
+    size_t len = 0;
+    httpd_req_body(req, &len);
+    char buf[32];
+    int n = snprintf(buf, sizeof(buf), "%zu", len);
+    httpd_respond(req, 200, "text/plain", buf, (size_t)n);
+}
+
+static void h_ok(struct httpd_req *req, void *arg)
+{
+    httpd_add_header(req, "X-Extra", "yes");
+    httpd_respond(req, 200, "text/plain", "ok", 2);
+}
+
+static void on_close_count(struct httpd_req *req, void *arg)
+{
+    struct srv *s = arg;
+    s->closes++;
+    s->gone_at_close = httpd_req_client_gone(req);
+    if (req == s->held) {
+        s->write_at_close = httpd_stream_write(req, "x", 1);
+        s->held = NULL;
+    }
+}
+
+static void answer_later(struct reactor *r, void *arg)
+{
+    struct srv *s = arg;
+    assert_non_null(s->held);
+    httpd_respond(s->held, 202, NULL, "{\"late\":true}", 13);
+}
+
+static void h_async(struct httpd_req *req, void *arg)
+{
+    struct srv *s = arg;
+    s->held = req;
+    httpd_req_on_close(req, on_close_count, s);
+    reactor_timer_init(&s->timer, answer_later, s);
+    reactor_timer_start(s->r, &s->timer, 100, 0);
+}
+
+static void h_never(struct httpd_req *req, void *arg)
+{
+    struct srv *s = arg;
+    s->handled++;
+    httpd_req_on_close(req, on_close_count, s);
+}
+
+/* Streams "data: i" events; after the first one it waits until the client has seen it,
+ * which proves chunks are flushed while the stream is still open. */
+static void stream_tick(struct reactor *r, void *arg)
+{
+    struct srv *s = arg;
+    if (!s->held)
+        return;
+    if (s->stream_i >= 1 && !atomic_load(&s->client_saw_first)) {
+        reactor_timer_start(r, &s->timer, 5, 0);
+        return;
+    }
+    if (s->stream_i == 6) {
+        httpd_stream_end(s->held, false);
+        return;
+    }
+    char ev[32];
+    int n = snprintf(ev, sizeof(ev), "data: %d\n\n", s->stream_i++);
+    assert_int_equal(httpd_stream_write(s->held, ev, (size_t)n), 0);
+    reactor_timer_start(r, &s->timer, 5, 0);
+}
+
+static void stream_close(struct httpd_req *req, void *arg)
+{
+    struct srv *s = arg;
+    on_close_count(req, arg);
+    s->held = NULL;
+}
+
+static void h_sse(struct httpd_req *req, void *arg)
+{
+    struct srv *s = arg;
+    s->held = req;
+    s->stream_i = 0;
+    httpd_req_on_close(req, stream_close, s);
+    httpd_add_header(req, "Cache-Control", "no-cache");
+    httpd_stream_begin(req, 200, "text/event-stream");
+    reactor_timer_init(&s->timer, stream_tick, s);
+    reactor_timer_start(s->r, &s->timer, 0, 0);
+}
+
+/* Writes one event and then one more every 20 ms until the client is gone. */
+static void drip_tick(struct reactor *r, void *arg)
+{
+    struct srv *s = arg;
+    if (!s->held)
+        return;
+    int rc = httpd_stream_write(s->held, "data: more\n\n", 12);
+    if (rc == 0)
+        reactor_timer_start(r, &s->timer, 20, 0);
+}
+
+static void h_drip(struct httpd_req *req, void *arg)
+{
+    struct srv *s = arg;
+    s->held = req;
+    httpd_req_on_close(req, on_close_count, s);
+    httpd_stream_begin(req, 200, "text/event-stream");
+    assert_int_equal(httpd_stream_write(req, "data: first\n\n", 13), 0);
+    reactor_timer_init(&s->timer, drip_tick, s);
+    reactor_timer_start(s->r, &s->timer, 20, 0);
+}
+
+static void h_stream_open(struct httpd_req *req, void *arg)
+{
+    struct srv *s = arg;
+    s->handled++;
+    httpd_req_on_close(req, on_close_count, s);
+    httpd_stream_begin(req, 200, "text/event-stream");
+    assert_int_equal(httpd_stream_write(req, "data: 1\n\n", 9), 0);
+}
+
+static void h_overflow(struct httpd_req *req, void *arg)
+{
+    struct srv *s = arg;
+    httpd_stream_begin(req, 200, "application/octet-stream");
+    size_t big = (8u << 20) + 1;
+    char *buf = xcalloc(1, big);
+    s->overflow_rc = httpd_stream_write(req, buf, big);
+    free(buf);
+    /* after an overflow the stream is finished: writes are refused */
+    assert_int_not_equal(httpd_stream_write(req, "x", 1), 0);
+}
+
+/* ---- tests: pure matching ------------------------------------------------------------------ */
+
+static void test_path_match_table(void **state)
+{
+    static const struct {
+        const char *pattern, *path;
+        bool match;
+        size_t nparams;
+        const char *v0;
+    } cases[] = {
+        {"/", "/", true, 0, NULL},
+        {"/a", "/a", true, 0, NULL},
+        {"/a", "/a/", false, 0, NULL},
+        {"/a/", "/a", false, 0, NULL},
+        {"/a", "/b", false, 0, NULL},
+        {"/a/b", "/a", false, 0, NULL},
+        {"/a", "/ab", false, 0, NULL},
+        {"/{id}", "/x", true, 1, "x"},
+        {"/{id}", "/", false, 0, NULL},
+        {"/e/{id}/logs", "/e/7/logs", true, 1, "7"},
+        {"/e/{id}/logs", "/e//logs", false, 0, NULL},
+        {"/e/{id}/logs", "/e/7/log", false, 0, NULL},
+        {"/e/{id}", "/e/7/logs", false, 0, NULL},
+        {"/{a}/{b}", "/1/2", true, 2, "1"},
+        {"relative", "relative", false, 0, NULL},
+        {"/a", "", false, 0, NULL},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        struct httpd_params ps;
+        bool m = httpd_path_match(cases[i].pattern, cases[i].path, &ps);
+        if (m != cases[i].match)
+            fail_msg("case %zu: %s vs %s", i, cases[i].pattern, cases[i].path);
+        if (m) {
+            assert_int_equal(ps.n, cases[i].nparams);
+            if (cases[i].v0) {
+                assert_int_equal(ps.p[0].value_len, strlen(cases[i].v0));
+                assert_memory_equal(ps.p[0].value, cases[i].v0, strlen(cases[i].v0));
+            }
+        }
+    }
+    assert_true(httpd_pattern_valid("/a/{id}/b"));
+    assert_false(httpd_pattern_valid("/a/{}/b"));
+    assert_false(httpd_pattern_valid("/a/x{id}"));
+    assert_false(httpd_pattern_valid("/a/{i{d}"));
+    assert_false(httpd_pattern_valid("a"));
+    assert_false(httpd_pattern_valid("/{a}/{b}/{c}/{d}/{e}/{f}/{g}/{h}/{i}"));
+}
+
+static void test_routes_find(void **state)
+{
+    struct httpd_route_entry rt[] = {
+        {.method = "GET", .pattern = "/x/{id}"},
+        {.method = "POST", .pattern = "/x/{id}"},
+        {.method = "DELETE", .pattern = "/x/{other}"},
+        {.method = "GET", .pattern = "/x/special"}, /* shadowed: first match wins */
+    };
+    struct httpd_params ps;
+    size_t idx = 99;
+    char allow[64];
+    assert_int_equal(httpd_routes_find(rt, 4, "POST", "/x/1", &idx, &ps, allow, sizeof(allow)),
+                     HTTPD_MATCH_FOUND);
+    assert_int_equal(idx, 1);
+    assert_int_equal(httpd_routes_find(rt, 4, "GET", "/x/special", &idx, &ps, allow, sizeof(allow)),
+                     HTTPD_MATCH_FOUND);
+    assert_int_equal(idx, 0);
+    assert_int_equal(httpd_routes_find(rt, 4, "HEAD", "/x/1", &idx, &ps, allow, sizeof(allow)),
+                     HTTPD_MATCH_FOUND);
+    assert_int_equal(httpd_routes_find(rt, 4, "PUT", "/x/1", &idx, &ps, allow, sizeof(allow)),
+                     HTTPD_MATCH_BAD_METHOD);
+    assert_string_equal(allow, "GET, HEAD, POST, DELETE");
+    assert_int_equal(httpd_routes_find(rt, 4, "GET", "/y", &idx, &ps, allow, sizeof(allow)),
+                     HTTPD_MATCH_NO_PATH);
+    /* a tiny Allow buffer is truncated, never overrun */
+    char tiny[6];
+    assert_int_equal(httpd_routes_find(rt, 4, "PUT", "/x/1", &idx, &ps, tiny, sizeof(tiny)),
+                     HTTPD_MATCH_BAD_METHOD);
+    assert_true(strlen(tiny) < sizeof(tiny));
+}
+
+/* ---- tests: over the wire ------------------------------------------------------------------- */
+
+static void test_routing_query_404_405(void **state)
+{
+    struct srv s;
+    struct httpd_config cfg = {.name = "t-routing"};
+    srv_start(&s, &cfg);
+    httpd_route(s.h, "GET", "/items/{id}/sub/{name}", h_item, &s, 0);
+    httpd_route(s.h, "DELETE", "/items/{id}/sub/{name}", h_item, &s, 0);
+    httpd_route(s.h, "GET", "/ok", h_ok, &s, 0);
+
+    struct call a = {.headers = {"X-Test-Header: hdr-value"}};
+    url(&a, &s, "/items/42/sub/al+pha?q=a+b%26c&z=1");
+    struct call b = {0};
+    url(&b, &s, "/nowhere");
+    struct call c = {.method = "POST", .body = "{}", .body_len = 2};
+    url(&c, &s, "/items/1/sub/2");
+    struct call d = {.method = "HEAD"};
+    url(&d, &s, "/ok");
+    struct call e = {.method = "DELETE"};
+    url(&e, &s, "/items/9/sub/z");
+    struct call *calls[] = {&a, &b, &c, &d, &e};
+    run_calls(s.r, calls, ARRAY_LEN(calls));
+
+    assert_int_equal(a.rc, CURLE_OK);
+    assert_int_equal(a.status, 200);
+    assert_string_equal(a.content_type, "application/json");
+    json_t *j = json_loads(strbuf_str(&a.body_in), 0, NULL);
+    assert_non_null(j);
+    assert_string_equal(json_string_value(json_object_get(j, "id")), "42");
+    assert_string_equal(json_string_value(json_object_get(j, "name")), "al+pha");
+    assert_string_equal(json_string_value(json_object_get(j, "q")), "a b&c");
+    assert_string_equal(json_string_value(json_object_get(j, "ua")), "hdr-value");
+    assert_true(json_is_null(json_object_get(j, "missing")));
+    json_decref(j);
+
+    assert_int_equal(b.status, 404);
+    assert_string_equal(strbuf_str(&b.body_in), "{\"detail\":\"Not Found\"}");
+    assert_int_equal(c.status, 405);
+    assert_string_equal(strbuf_str(&c.body_in), "{\"detail\":\"Method Not Allowed\"}");
+    assert_string_equal(c.allow, "GET, HEAD, DELETE");
+    assert_int_equal(d.status, 200);
+    assert_int_equal(d.body_in.len, 0);
+    assert_int_equal(e.status, 200);
+    assert_int_equal(s.handled, 2);
+    for (size_t i = 0; i < ARRAY_LEN(calls); i++)
+        call_release(calls[i]);
+    srv_stop(&s);
+}
+
+static void test_json_body(void **state)
+{
+    struct srv s;
+    struct httpd_config cfg = {.name = "t-json"};
+    srv_start(&s, &cfg);
+    httpd_route(s.h, "POST", "/echo", h_echo_json, &s, 0);
+    const char *good = "{\"a\":[1,2,{\"b\":\"\\u00e9\"}],\"n\":null}";
+    struct call a = {.method = "POST", .body = good, .body_len = strlen(good)};
+    url(&a, &s, "/echo");
+    struct call b = {.method = "POST", .body = "{\"a\":", .body_len = 5};
+    url(&b, &s, "/echo");
+    struct call c = {.method = "POST", .body = "", .body_len = 0};
+    url(&c, &s, "/echo");
+    struct call *calls[] = {&a, &b, &c};
+    run_calls(s.r, calls, 3);
+    assert_int_equal(a.status, 200);
+    assert_string_equal(strbuf_str(&a.body_in), "{\"a\":[1,2,{\"b\":\"\xc3\xa9\"}],\"n\":null}");
+    assert_int_equal(b.status, 422);
+    json_t *j = json_loads(strbuf_str(&b.body_in), 0, NULL);
+    assert_non_null(j);
+    assert_non_null(strstr(json_string_value(json_object_get(j, "detail")), "invalid JSON"));
+    json_decref(j);
+    assert_int_equal(c.status, 422);
+    for (size_t i = 0; i < 3; i++)
+        call_release(calls[i]);
+    srv_stop(&s);
+}
+
+static void test_body_cap_413(void **state)
+{
+    struct srv s;
+    struct httpd_config cfg = {.name = "t-413", .max_body = 1024};
+    srv_start(&s, &cfg);
+    httpd_route(s.h, "POST", "/len", h_body_len, &s, 0);
+    char *big = xmalloc(4096);
+    memset(big, 'a', 4096);
+    struct call ok = {.method = "POST", .body = big, .body_len = 1024};
+    url(&ok, &s, "/len");
+    struct call cl = {.method = "POST", .body = big, .body_len = 4096};
+    url(&cl, &s, "/len");
+    struct call ch = {.method = "POST", .chunked_len = 256 * 1024};
+    url(&ch, &s, "/len");
+    struct call chs = {.method = "POST", .chunked_len = 1000};
+    url(&chs, &s, "/len");
+    /* with "Expect: 100-continue" the 413 comes instead of the 100: no body is sent */
+    struct call ex = {.method = "POST", .body = big, .body_len = 4096, .keep_expect = true};
+    url(&ex, &s, "/len");
+    struct call *calls[] = {&ok, &cl, &ch, &chs, &ex};
+    run_calls(s.r, calls, ARRAY_LEN(calls));
+    assert_int_equal(ok.status, 200);
+    assert_string_equal(strbuf_str(&ok.body_in), "1024");
+    assert_int_equal(cl.status, 413);
+    assert_string_equal(strbuf_str(&cl.body_in), "{\"detail\":\"request body too large\"}");
+    assert_int_equal(ch.status, 413);
+    assert_string_equal(strbuf_str(&ch.body_in), "{\"detail\":\"request body too large\"}");
+    assert_int_equal(chs.status, 200);
+    assert_string_equal(strbuf_str(&chs.body_in), "1000");
+    assert_int_equal(ex.status, 413);
+    free(big);
+    for (size_t i = 0; i < ARRAY_LEN(calls); i++)
+        call_release(calls[i]);
+    srv_stop(&s);
+}
+
+static void test_keep_alive(void **state)
+{
+    struct srv s;
+    struct httpd_config cfg = {.name = "t-keepalive"};
+    srv_start(&s, &cfg);
+    httpd_route(s.h, "GET", "/ok", h_ok, &s, 0);
+    httpd_route(s.h, "POST", "/echo", h_echo_json, &s, 0);
+    httpd_route(s.h, "GET", "/sse", h_sse, &s, 0);
+    CURL *e = curl_easy_init();
+    struct call a = {.easy = e};
+    url(&a, &s, "/ok");
+    struct call b = {.easy = e};
+    url(&b, &s, "/ok");
+    struct call c = {.easy = e, .method = "POST", .body = "[1]", .body_len = 3};
+    url(&c, &s, "/echo");
+    struct call d = {.easy = e, .first_chunk_seen = &s.client_saw_first};
+    url(&d, &s, "/sse");
+    struct call f = {.easy = e};
+    url(&f, &s, "/ok");
+    struct call *calls[] = {&a, &b, &c, &d, &f};
+    atomic_init(&s.client_saw_first, false);
+    run_calls(s.r, calls, ARRAY_LEN(calls));
+    curl_easy_cleanup(e);
+    assert_int_equal(a.status, 200);
+    assert_int_equal(a.connects, 1);
+    assert_string_equal(strbuf_str(&a.body_in), "ok");
+    /* every later request reused the first connection, a finished stream included */
+    for (size_t i = 1; i < ARRAY_LEN(calls); i++) {
+        assert_int_equal(calls[i]->rc, CURLE_OK);
+        assert_int_equal(calls[i]->status, 200);
+        assert_int_equal(calls[i]->connects, 0);
+    }
+    for (size_t i = 0; i < ARRAY_LEN(calls); i++)
+        call_release(calls[i]);
+    srv_stop(&s);
+}
+
+static bool closed_once(void *arg)
+{
+    return ((struct srv *)arg)->closes > 0;
+}
+
+static void test_async_answer(void **state)
+{
+    struct srv s;
+    struct httpd_config cfg = {.name = "t-async"};
+    srv_start(&s, &cfg);
+    httpd_route(s.h, "GET", "/slow", h_async, &s, 0);
+    struct call a = {0};
+    url(&a, &s, "/slow");
+    int64_t t0 = mono_ms();
+    run_call(s.r, &a);
+    int64_t took = mono_ms() - t0;
+    assert_int_equal(a.rc, CURLE_OK);
+    assert_int_equal(a.status, 202);
+    assert_string_equal(strbuf_str(&a.body_in), "{\"late\":true}");
+    assert_true(took >= 100);
+    assert_true(took < 3000);         /* resumed promptly, not on some idle timeout */
+    loop_until(s.r, closed_once, &s); /* completion may come a loop turn after the bytes */
+    assert_int_equal(s.closes, 1);
+    assert_false(s.gone_at_close);
+    call_release(&a);
+    srv_stop(&s);
+}
+
+static void test_sse_stream(void **state)
+{
+    struct srv s;
+    struct httpd_config cfg = {.name = "t-sse"};
+    srv_start(&s, &cfg);
+    httpd_route(s.h, "GET", "/sse", h_sse, &s, 0);
+    atomic_init(&s.client_saw_first, false);
+    struct call a = {.first_chunk_seen = &s.client_saw_first};
+    url(&a, &s, "/sse");
+    run_call(s.r, &a);
+    assert_int_equal(a.rc, CURLE_OK);
+    assert_int_equal(a.status, 200);
+    assert_string_equal(a.content_type, "text/event-stream");
+    assert_string_equal(strbuf_str(&a.body_in),
+                        "data: 0\n\ndata: 1\n\ndata: 2\n\ndata: 3\n\ndata: 4\n\ndata: 5\n\n");
+    assert_true(a.writes >= 2); /* the first event arrived on its own */
+    loop_until(s.r, closed_once, &s);
+    assert_int_equal(s.closes, 1);
+    assert_false(s.gone_at_close);
+    call_release(&a);
+    srv_stop(&s);
+}
+
+static void test_stream_client_disconnect(void **state)
+{
+    struct srv s;
+    struct httpd_config cfg = {.name = "t-disconnect"};
+    srv_start(&s, &cfg);
+    httpd_route(s.h, "GET", "/drip", h_drip, &s, 0);
+    httpd_route(s.h, "GET", "/ok", h_ok, &s, 0);
+    struct call a = {.abort_after = 1};
+    url(&a, &s, "/drip");
+    run_call(s.r, &a);
+    assert_int_equal(a.rc, CURLE_WRITE_ERROR);
+    assert_int_equal(a.status, 200);
+    loop_until(s.r, closed_once, &s);
+    assert_int_equal(s.closes, 1);
+    assert_true(s.gone_at_close);
+    assert_int_equal(s.write_at_close, -EPIPE);
+    assert_null(s.held);
+    /* the server is still fine */
+    struct call b = {0};
+    url(&b, &s, "/ok");
+    run_call(s.r, &b);
+    assert_int_equal(b.status, 200);
+    assert_int_equal(s.closes, 1); /* exactly once */
+    call_release(&a);
+    call_release(&b);
+    srv_stop(&s);
+}
+
+static void test_pending_client_disconnect(void **state)
+{
+    struct srv s;
+    struct httpd_config cfg = {.name = "t-pending-gone"};
+    srv_start(&s, &cfg);
+    httpd_route(s.h, "GET", "/never", h_never, &s, 0);
+    httpd_route(s.h, "GET", "/ok", h_ok, &s, 0);
+    /* the client gives up while its request is suspended awaiting an answer */
+    struct call a = {.timeout_ms = 200};
+    url(&a, &s, "/never");
+    run_call(s.r, &a);
+    assert_int_equal(a.rc, CURLE_OPERATION_TIMEDOUT);
+    loop_until(s.r, closed_once, &s);
+    assert_int_equal(s.closes, 1);
+    assert_true(s.gone_at_close);
+    struct call b = {0};
+    url(&b, &s, "/ok");
+    run_call(s.r, &b);
+    assert_int_equal(b.status, 200);
+    call_release(&a);
+    call_release(&b);
+    srv_stop(&s);
+}
+
+/* Answers arrive from zero-delay timers in a FIFO, several requests suspended at once. */
+struct later {
+    struct srv *s;
+    struct httpd_req *q[64];
+    size_t n;
+    struct reactor_timer t;
+    int answered;
+};
+
+static void later_flush(struct reactor *r, void *arg)
+{
+    struct later *l = arg;
+    for (size_t i = 0; i < l->n; i++) {
+        const char *id = httpd_req_param(l->q[i], "id");
+        httpd_respond(l->q[i], 200, "text/plain", id, strlen(id));
+        l->answered++;
+    }
+    l->n = 0;
+}
+
+static void h_later(struct httpd_req *req, void *arg)
+{
+    struct later *l = arg;
+    assert_true(l->n < ARRAY_LEN(l->q));
+    l->q[l->n++] = req;
+    reactor_timer_start(l->s->r, &l->t, 1, 0);
+}
+
+#define CONC_CLIENTS 4
+#define CONC_CALLS 40
+
+static void test_concurrent_clients(void **state)
+{
+    struct srv s;
+    struct httpd_config cfg = {.name = "t-concurrent"};
+    srv_start(&s, &cfg);
+    struct later l = {.s = &s};
+    reactor_timer_init(&l.t, later_flush, &l);
+    httpd_route(s.h, "GET", "/later/{id}", h_later, &l, 0);
+    httpd_route(s.h, "GET", "/ok", h_ok, &s, 0);
+    static struct call calls[CONC_CLIENTS][CONC_CALLS];
+    static struct call *ptrs[CONC_CLIENTS][CONC_CALLS];
+    CURL *easy[CONC_CLIENTS];
+    struct job jobs[CONC_CLIENTS];
+    memset(calls, 0, sizeof(calls));
+    for (int c = 0; c < CONC_CLIENTS; c++) {
+        easy[c] = curl_easy_init();
+        for (int i = 0; i < CONC_CALLS; i++) {
+            struct call *k = &calls[c][i];
+            k->easy = easy[c];
+            if (i % 2)
+                snprintf(k->url, sizeof(k->url), "%s/later/%d-%d", s.base, c, i);
+            else
+                url(k, &s, "/ok");
+            ptrs[c][i] = k;
+        }
+        job_start(&jobs[c], s.r, ptrs[c], CONC_CALLS);
+    }
+    for (int c = 0; c < CONC_CLIENTS; c++)
+        job_wait(&jobs[c]);
+    for (int c = 0; c < CONC_CLIENTS; c++) {
+        curl_easy_cleanup(easy[c]);
+        for (int i = 0; i < CONC_CALLS; i++) {
+            struct call *k = &calls[c][i];
+            assert_int_equal(k->rc, CURLE_OK);
+            assert_int_equal(k->status, 200);
+            assert_int_equal(k->connects, i == 0 ? 1 : 0);
+            char want[32];
+            snprintf(want, sizeof(want), "%d-%d", c, i);
+            assert_string_equal(strbuf_str(&k->body_in), i % 2 ? want : "ok");
+            call_release(k);
+        }
+    }
+    assert_int_equal(l.answered, CONC_CLIENTS * CONC_CALLS / 2);
+    reactor_timer_stop(s.r, &l.t);
+    srv_stop(&s);
+}
+
+/* The stream starts after the handler returned (headers known later, as a proxy does). */
+static void late_stream(struct reactor *r, void *arg)
+{
+    struct srv *s = arg;
+    httpd_stream_begin(s->held, 201, NULL);
+    assert_int_equal(httpd_stream_write(s->held, "data: a\n\n", 9), 0);
+    assert_int_equal(httpd_stream_pending(s->held), 9);
+    assert_int_equal(httpd_stream_write(s->held, "data: b\n\n", 9), 0);
+    httpd_stream_end(s->held, false);
+    assert_int_equal(httpd_stream_write(s->held, "x", 1), -EINVAL); /* after end */
+}
+
+static void h_late_stream(struct httpd_req *req, void *arg)
+{
+    struct srv *s = arg;
+    s->held = req;
+    httpd_req_on_close(req, stream_close, s);
+    reactor_timer_init(&s->timer, late_stream, s);
+    reactor_timer_start(s->r, &s->timer, 20, 0);
+}
+
+static void test_late_stream(void **state)
+{
+    struct srv s;
+    struct httpd_config cfg = {.name = "t-late-stream"};
+    srv_start(&s, &cfg);
+    httpd_route(s.h, "POST", "/gen", h_late_stream, &s, 0);
+    struct call a = {.method = "POST", .body = "{}", .body_len = 2};
+    url(&a, &s, "/gen");
+    run_call(s.r, &a);
+    assert_int_equal(a.rc, CURLE_OK);
+    assert_int_equal(a.status, 201);
+    assert_string_equal(a.content_type, "text/event-stream");
+    assert_string_equal(strbuf_str(&a.body_in), "data: a\n\ndata: b\n\n");
+    loop_until(s.r, closed_once, &s);
+    assert_false(s.gone_at_close);
+    call_release(&a);
+    srv_stop(&s);
+}
+
+static void test_stream_overflow(void **state)
+{
+    struct srv s;
+    struct httpd_config cfg = {.name = "t-overflow"};
+    srv_start(&s, &cfg);
+    httpd_route(s.h, "GET", "/big", h_overflow, &s, 0);
+    struct call a = {0};
+    url(&a, &s, "/big");
+    run_call(s.r, &a);
+    assert_int_equal(s.overflow_rc, -E2BIG);
+    assert_int_not_equal(a.rc, CURLE_OK); /* aborted: no clean chunked end */
+    call_release(&a);
+    srv_stop(&s);
+}
+
+static void test_api_key(void **state)
+{
+    struct srv s;
+    struct httpd_config cfg = {
+        .name = "t-auth", .api_key_header = "X-Mgmt-Key", .api_key = "s3cret-key"};
+    srv_start(&s, &cfg);
+    httpd_route(s.h, "GET", "/secure", h_ok, &s, HTTPD_ROUTE_AUTH);
+    httpd_route(s.h, "GET", "/open", h_ok, &s, 0);
+    struct call none = {0};
+    url(&none, &s, "/secure");
+    struct call wrong = {.headers = {"X-Mgmt-Key: s3cret-kez"}};
+    url(&wrong, &s, "/secure");
+    struct call shorter = {.headers = {"x-mgmt-key: s3cret"}};
+    url(&shorter, &s, "/secure");
+    struct call right = {.headers = {"x-mgmt-KEY: s3cret-key"}};
+    url(&right, &s, "/secure");
+    struct call open = {0};
+    url(&open, &s, "/open");
+    struct call *calls[] = {&none, &wrong, &shorter, &right, &open};
+    run_calls(s.r, calls, ARRAY_LEN(calls));
+    assert_int_equal(none.status, 401);
+    assert_string_equal(strbuf_str(&none.body_in), "{\"detail\":\"missing management key\"}");
+    assert_int_equal(wrong.status, 403);
+    assert_int_equal(shorter.status, 403);
+    assert_int_equal(right.status, 200);
+    assert_string_equal(strbuf_str(&right.body_in), "ok");
+    assert_int_equal(open.status, 200);
+    for (size_t i = 0; i < ARRAY_LEN(calls); i++)
+        call_release(calls[i]);
+    srv_stop(&s);
+}
+
+/* ---- TLS ------------------------------------------------------------------------------------- */
+
+static char tls_dir[64];
+
+static void tls_path(char *out, size_t cap, const char *name)
+{
+    snprintf(out, cap, "%s/%s", tls_dir, name);
+}
+
+static int tls_setup(void **state)
+{
+    snprintf(tls_dir, sizeof(tls_dir), "/tmp/motor-httpd-tls-XXXXXX");
+    if (!mkdtemp(tls_dir))
+        return -1;
+    char cmd[1024];
+    /* server: self-signed for 127.0.0.1; client: self-signed, trusted as its own CA;
+     * plus an encrypted copy of the server key */
+    snprintf(cmd, sizeof(cmd),
+             "cd %s && openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 "
+             "-addext subjectAltName=IP:127.0.0.1 -days 1 -keyout srv.key -out srv.crt "
+             ">/dev/null 2>&1 && openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=client "
+             "-days 1 -keyout cli.key -out cli.crt >/dev/null 2>&1 && openssl pkcs8 -topk8 "
+             "-in srv.key -out srv-enc.key -passout pass:hunter2 >/dev/null 2>&1",
+             tls_dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static int tls_teardown(void **state)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", tls_dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static void test_tls(void **state)
+{
+    char crt[128], key[128], enc[128], ccrt[128], ckey[128];
+    tls_path(crt, sizeof(crt), "srv.crt");
+    tls_path(key, sizeof(key), "srv.key");
+    tls_path(enc, sizeof(enc), "srv-enc.key");
+    tls_path(ccrt, sizeof(ccrt), "cli.crt");
+    tls_path(ckey, sizeof(ckey), "cli.key");
+
+    struct srv s;
+    struct httpd_config cfg = {.name = "t-tls", .tls_cert_file = crt, .tls_key_file = key};
+    srv_start(&s, &cfg);
+    httpd_route(s.h, "GET", "/ok", h_ok, &s, 0);
+    CURL *e = curl_easy_init();
+    struct call a = {.cainfo = crt, .easy = e};
+    url(&a, &s, "/ok");
+    struct call b = {.cainfo = crt, .easy = e};
+    url(&b, &s, "/ok");
+    struct call *calls[] = {&a, &b};
+    run_calls(s.r, calls, 2);
+    curl_easy_cleanup(e);
+    assert_int_equal(a.rc, CURLE_OK);
+    assert_int_equal(a.status, 200);
+    assert_string_equal(strbuf_str(&a.body_in), "ok");
+    assert_int_equal(b.status, 200);
+    assert_int_equal(b.connects, 0); /* TLS keep-alive */
+    call_release(&a);
+    call_release(&b);
+    srv_stop(&s);
+
+    /* encrypted key with its password */
+    struct httpd_config cfg2 = {.name = "t-tls-enc",
+                                .tls_cert_file = crt,
+                                .tls_key_file = enc,
+                                .tls_key_password = "hunter2"};
+    srv_start(&s, &cfg2);
+    httpd_route(s.h, "GET", "/ok", h_ok, &s, 0);
+    struct call c = {.cainfo = crt};
+    url(&c, &s, "/ok");
+    run_call(s.r, &c);
+    assert_int_equal(c.status, 200);
+    call_release(&c);
+    srv_stop(&s);
+
+    /* client certificates required by a CA file */
+    struct httpd_config cfg3 = {
+        .name = "t-mtls", .tls_cert_file = crt, .tls_key_file = key, .tls_ca_file = ccrt};
+    srv_start(&s, &cfg3);
+    httpd_route(s.h, "GET", "/ok", h_ok, &s, 0);
+    struct call with = {.cainfo = crt, .cert = ccrt, .key = ckey};
+    url(&with, &s, "/ok");
+    struct call without = {.cainfo = crt};
+    url(&without, &s, "/ok");
+    struct call wrongcert = {.cainfo = crt, .cert = crt, .key = key};
+    url(&wrongcert, &s, "/ok");
+    struct call *calls3[] = {&with, &without, &wrongcert};
+    run_calls(s.r, calls3, 3);
+    assert_int_equal(with.status, 200);
+    assert_int_equal(without.status, 403);
+    assert_int_equal(wrongcert.status, 403);
+    for (size_t i = 0; i < 3; i++)
+        call_release(calls3[i]);
+    srv_stop(&s);
+}
+
+static void test_tls_bad_files(void **state)
+{
+    struct reactor *r = reactor_new();
+    char crt[128];
+    tls_path(crt, sizeof(crt), "srv.crt");
+    struct httpd_config cfg = {
+        .name = "t-tls-missing", .tls_cert_file = crt, .tls_key_file = "/nonexistent/motor.key"};
+    errno = 0;
+    assert_null(httpd_new(r, &cfg));
+    assert_int_equal(errno, ENOENT);
+    struct httpd_config half = {.name = "t-tls-half", .tls_cert_file = crt};
+    assert_null(httpd_new(r, &half));
+    assert_int_equal(errno, EINVAL);
+    /* an encrypted key with the wrong password */
+    char enc[128];
+    tls_path(enc, sizeof(enc), "srv-enc.key");
+    struct httpd_config badpw = {.name = "t-tls-badpw",
+                                 .tls_cert_file = crt,
+                                 .tls_key_file = enc,
+                                 .tls_key_password = "wrong"};
+    assert_null(httpd_new(r, &badpw));
+    /* a key that is not PEM at all: MHD refuses to start */
+    struct httpd_config junk = {.name = "t-tls-junk", .tls_cert_file = crt, .tls_key_file = crt};
+    assert_null(httpd_new(r, &junk));
+    reactor_free(r);
+}
+
+/* ---- binding ------------------------------------------------------------------------------- */
+
+static void test_bind_errors_and_ipv6(void **state)
+{
+    struct srv s;
+    struct httpd_config cfg = {.name = "t-bind"};
+    srv_start(&s, &cfg);
+    /* the same port again: EADDRINUSE */
+    struct httpd_config dup = {.name = "t-bind-dup", .host = "127.0.0.1", .port = httpd_port(s.h)};
+    errno = 0;
+    struct httpd *h2 = httpd_new(s.r, &dup);
+    assert_null(h2);
+    assert_int_equal(errno, EADDRINUSE);
+    /* with reuse_port on both, several servers share a port */
+    struct httpd_config rp = {.name = "t-rp1", .host = "127.0.0.1", .reuse_port = true};
+    struct httpd *a = httpd_new(s.r, &rp);
+    assert_non_null(a);
+    rp.port = httpd_port(a);
+    struct httpd *b = httpd_new(s.r, &rp);
+    assert_non_null(b);
+    assert_int_equal(httpd_port(b), httpd_port(a));
+    httpd_free(b);
+    httpd_free(a);
+    struct httpd_config bad = {.name = "t-badhost", .host = "not an address"};
+    assert_null(httpd_new(s.r, &bad));
+    srv_stop(&s);
+
+    /* IPv6 loopback, when the kernel has it */
+    int fd = socket(AF_INET6, SOCK_STREAM, 0);
+    struct sockaddr_in6 sa = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    bool have_v6 = fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+    if (fd >= 0)
+        close(fd);
+    if (!have_v6) {
+        print_message("no IPv6 loopback here: IPv6 bind not tested\n");
+        return;
+    }
+    struct reactor *r = reactor_new();
+    struct httpd_config v6 = {.name = "t-v6", .host = "::1"};
+    struct httpd *h = httpd_new(r, &v6);
+    assert_non_null(h);
+    httpd_route(h, "GET", "/ok", h_ok, NULL, 0);
+    struct call c = {0};
+    snprintf(c.url, sizeof(c.url), "http://[::1]:%u/ok", httpd_port(h));
+    run_call(r, &c);
+    assert_int_equal(c.status, 200);
+    call_release(&c);
+    httpd_free(h);
+    reactor_free(r);
+}
+
+/* ---- access log ---------------------------------------------------------------------------- */
+
+static void test_access_log(void **state)
+{
+    int p[2];
+    assert_int_equal(pipe2(p, O_NONBLOCK), 0);
+    enum log_level old = log_get_level();
+    log_set_level(LOG_DEBUG);
+    log_set_fd(p[1]);
+    struct srv s;
+    static const char *const quiet[] = {"/health", NULL};
+    struct httpd_config cfg = {.name = "t-log", .quiet_paths = quiet};
+    srv_start(&s, &cfg);
+    httpd_route(s.h, "GET", "/health", h_ok, &s, 0);
+    httpd_route(s.h, "GET", "/ok", h_ok, &s, 0);
+    struct call a = {0};
+    url(&a, &s, "/health");
+    struct call b = {0};
+    url(&b, &s, "/ok");
+    struct call *calls[] = {&a, &b};
+    run_calls(s.r, calls, 2);
+    srv_stop(&s);
+    log_set_fd(STDERR_FILENO);
+    log_set_level(old);
+    char buf[16384];
+    ssize_t n = read(p[0], buf, sizeof(buf) - 1);
+    assert_true(n > 0);
+    buf[n] = '\0';
+    close(p[0]);
+    close(p[1]);
+    int req_lines = 0;
+    for (char *line = buf, *nl; *line; line = nl + 1) {
+        nl = strchrnul(line, '\n');
+        bool last = *nl == '\0';
+        *nl = '\0';
+        json_t *j = json_loads(line, 0, NULL);
+        if (j && strcmp(json_string_value(json_object_get(j, "event")), "http_request") == 0) {
+            req_lines++;
+            assert_string_equal(json_string_value(json_object_get(j, "path")), "/ok");
+            assert_string_equal(json_string_value(json_object_get(j, "method")), "GET");
+            assert_int_equal(json_integer_value(json_object_get(j, "status")), 200);
+            assert_true(json_is_integer(json_object_get(j, "duration_ms")));
+        }
+        json_decref(j);
+        if (last)
+            break;
+    }
+    assert_int_equal(req_lines, 1);
+    call_release(&a);
+    call_release(&b);
+}
+
+/* ---- shutdown ------------------------------------------------------------------------------- */
+
+static bool both_handled(void *arg)
+{
+    return ((struct srv *)arg)->handled >= 2;
+}
+
+static void test_free_with_suspended_and_stream(void **state)
+{
+    struct srv s;
+    struct httpd_config cfg = {.name = "t-shutdown"};
+    srv_start(&s, &cfg);
+    httpd_route(s.h, "GET", "/never", h_never, &s, 0);
+    httpd_route(s.h, "GET", "/stream", h_stream_open, &s, 0);
+    struct call a = {0};
+    url(&a, &s, "/never");
+    struct call b = {0};
+    url(&b, &s, "/stream");
+    struct call *ca[] = {&a}, *cb[] = {&b};
+    struct job ja, jb;
+    job_start(&ja, s.r, ca, 1);
+    job_start(&jb, s.r, cb, 1);
+    loop_until(s.r, both_handled, &s);
+    /* both connections are suspended now (one awaiting an answer, one awaiting data) */
+    httpd_free(s.h);
+    s.h = NULL;
+    assert_int_equal(s.closes, 2);
+    job_wait(&ja);
+    job_wait(&jb);
+    assert_int_equal(a.status, 503);
+    assert_string_equal(strbuf_str(&a.body_in), "{\"detail\":\"server shutting down\"}");
+    assert_int_equal(b.status, 200);
+    assert_string_equal(strbuf_str(&b.body_in), "data: 1\n\n");
+    call_release(&a);
+    call_release(&b);
+    reactor_free(s.r);
+}
+
+static int raw_connect(uint16_t port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {
+        .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_true(fd >= 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    return fd;
+}
+
+static bool handled_once(void *arg)
+{
+    return ((struct srv *)arg)->handled >= 1;
+}
+
+/* Connections in every other state at shutdown: mid-upload, idle keep-alive, and a
+ * request that arrived but was never answered, all over raw sockets. */
+static void test_free_with_partial_and_idle(void **state)
+{
+    struct srv s;
+    struct httpd_config cfg = {.name = "t-shutdown-raw"};
+    srv_start(&s, &cfg);
+    httpd_route(s.h, "POST", "/len", h_body_len, &s, 0);
+    httpd_route(s.h, "GET", "/never", h_never, &s, 0);
+    uint16_t port = httpd_port(s.h);
+
+    int partial = raw_connect(port);
+    const char *head = "POST /len HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123456789";
+    assert_int_equal(write_all(partial, head, strlen(head)), 0);
+
+    int idle = raw_connect(port);
+    const char *get = "POST /len HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nab";
+    assert_int_equal(write_all(idle, get, strlen(get)), 0);
+
+    int pending = raw_connect(port);
+    const char *nv = "GET /never HTTP/1.1\r\nHost: x\r\n\r\n";
+    assert_int_equal(write_all(pending, nv, strlen(nv)), 0);
+    loop_until(s.r, handled_once, &s);
+
+    /* the idle connection got its answer and stays open (keep-alive) */
+    char buf[4096];
+    size_t got = 0;
+    int64_t deadline = mono_ms() + LOOP_DEADLINE_MS;
+    while (!memmem(buf, got, "\r\n\r\n2", 5)) {
+        assert_true(mono_ms() < deadline);
+        reactor_run_once(s.r, 20);
+        ssize_t n = recv(idle, buf + got, sizeof(buf) - 1 - got, MSG_DONTWAIT);
+        if (n > 0)
+            got += (size_t)n;
+    }
+    buf[got] = '\0';
+    assert_non_null(strstr(buf, "HTTP/1.1 200"));
+    assert_null(strcasestr(buf, "Connection: close"));
+
+    httpd_free(s.h);
+    s.h = NULL;
+    assert_int_equal(s.closes, 1); /* the pending request's on_close */
+    /* the pending request was answered 503 before the server went away */
+    got = 0;
+    ssize_t n;
+    while ((n = recv(pending, buf + got, sizeof(buf) - 1 - got, 0)) > 0)
+        got += (size_t)n;
+    buf[got] = '\0';
+    assert_non_null(strstr(buf, "HTTP/1.1 503"));
+    assert_non_null(strstr(buf, "server shutting down"));
+    /* the other two were closed */
+    assert_int_equal(recv(idle, buf, sizeof(buf), 0), 0);
+    n = recv(partial, buf, sizeof(buf), 0);
+    assert_true(n <= 0);
+    close(partial);
+    close(idle);
+    close(pending);
+    reactor_free(s.r);
+}
+
+int main(void)
+{
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    log_set_level(LOG_WARN);
+    if (system("which openssl >/dev/null 2>&1") != 0) {
+        fprintf(stderr, "openssl is required for the TLS tests\n");
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_path_match_table),
+        cmocka_unit_test(test_routes_find),
+        cmocka_unit_test(test_routing_query_404_405),
+        cmocka_unit_test(test_json_body),
+        cmocka_unit_test(test_body_cap_413),
+        cmocka_unit_test(test_keep_alive),
+        cmocka_unit_test(test_async_answer),
+        cmocka_unit_test(test_sse_stream),
+        cmocka_unit_test(test_stream_client_disconnect),
+        cmocka_unit_test(test_pending_client_disconnect),
+        cmocka_unit_test(test_stream_overflow),
+        cmocka_unit_test(test_concurrent_clients),
+        cmocka_unit_test(test_late_stream),
+        cmocka_unit_test(test_api_key),
+        cmocka_unit_test(test_tls),
+        cmocka_unit_test(test_tls_bad_files),
+        cmocka_unit_test(test_bind_errors_and_ipv6),
+        cmocka_unit_test(test_access_log),
+        cmocka_unit_test(test_free_with_suspended_and_stream),
+        cmocka_unit_test(test_free_with_partial_and_idle),
+    };
+    int rc = cmocka_run_group_tests(tests, tls_setup, tls_teardown);
+    curl_global_cleanup();
+    return rc;
+}
