@@ -1,0 +1,110 @@
+/* The simulator process: shared between sim_main.c (process lifecycle: arguments, load,
+ * workers, signals, faults that end the process) and sim_engine.c (the HTTP engine:
+ * routes, generation, PD hand-off, fault tolerance, metrics). */
+#ifndef MOTOR_SIM_INTERNAL_H
+#define MOTOR_SIM_INTERNAL_H
+
+#include "common/httpc.h"
+#include "common/httpd.h"
+#include "common/metrics.h"
+#include "common/reactor.h"
+#include "sim/sim_args.h"
+#include "sim/sim_kv.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+enum sim_phase { SIM_LOADING, SIM_READY, SIM_STOPPING };
+
+/* Injected faults that keep the process alive (crash and exit0 end it at once). */
+enum sim_fault {
+    SIM_FAULT_NONE,
+    SIM_FAULT_UNHEALTHY, /* /health 503, FT "unhealthy", inference 503 */
+    SIM_FAULT_FT_DEAD,   /* /health 503, FT "dead", inference 503 */
+    SIM_FAULT_HANG,      /* the process stops answering anything */
+    SIM_FAULT_ERROR,     /* /health 200, inference answers 500 */
+};
+
+struct sim_gen;
+struct sim_dp;
+
+struct sim_gen_list {
+    struct sim_gen *head, *tail;
+    int count;
+};
+
+struct sim_worker {
+    pid_t pid;
+    int pidfd; /* -1 once reaped */
+};
+
+struct sim {
+    struct sim_args args;
+    struct reactor *r;
+    struct httpd *httpd; /* NULL when headless */
+    struct httpc *httpc; /* decode legs fetch tickets with it */
+    struct sim_kv *kv;
+    uint16_t port;         /* bound HTTP port (0 when headless) */
+    char *engine_id;       /* remote_engine_id handed out by prefill legs */
+    char *kv_host;         /* remote_host handed out by prefill legs */
+    int64_t start_ms;      /* monotonic */
+    int64_t start_wall_ms; /* for API timestamps */
+    uint64_t id_base;      /* random part of generated request ids */
+    uint64_t id_seq;
+
+    enum sim_phase phase;
+    enum sim_fault fault;
+    char *fault_info; /* why, for FT status "fault_info" (NULL = generic text) */
+    bool hang_ignores_sigterm;
+    int exit_code;
+
+    /* fault tolerance: after an apply, "unhealthy/recovering" until ft_timer fires */
+    bool ft_recovering;
+    char *ft_last_request_id;
+    char *ft_instruction;
+    struct reactor_timer ft_timer;
+
+    /* requests: waiting for a slot (max_num_seqs), fetching their KV ticket, running */
+    struct sim_gen_list waiting, fetching, running;
+
+    struct reactor_timer load_timer, crash_timer, kv_timer, end_timer;
+    void (*pending_end)(struct sim *s); /* what end_timer does (crash/exit0/hang) */
+
+    struct sim_dp *dp; /* the simulated DP group, NULL when not in one */
+
+    struct sim_worker *workers;
+    int n_workers;
+
+    struct metrics_registry *metrics;
+    struct metrics_gauge *m_running, *m_waiting, *m_wait_capacity, *m_wait_kv, *m_kv_usage;
+    struct metrics_counter *m_prompt_tokens, *m_gen_tokens, *m_success_length, *m_success_stop,
+        *m_failed;
+    struct metrics_histogram *m_ttft, *m_e2e;
+};
+
+/* sim_engine.c */
+/* Start the HTTP server and register the routes. 0 or -errno (logged). */
+int sim_engine_start(struct sim *s);
+/* Stop serving: closes streams and suspended requests, frees the server and client. */
+void sim_engine_stop(struct sim *s);
+void sim_metrics_init(struct sim *s);
+
+/* sim_dp.c */
+/* Join (or, as rank 0, host) the simulated DP group when the DP flags ask for one.
+ * Always 0: problems are logged and leave the engine serving alone. */
+int sim_dp_start(struct sim *s);
+/* Stop monitoring the group (the DP world changed, e.g. after an FT apply). */
+void sim_dp_dissolve(struct sim *s, const char *why);
+void sim_dp_free(struct sim *s);
+
+/* sim_main.c */
+/* Leave the reactor loop and exit with code (graceful: workers are stopped). */
+void sim_shutdown(struct sim *s, int code, const char *cause);
+/* Apply a fault mode by name: 0, or -EINVAL for an unknown mode. Modes that end the
+ * process (crash, exit0, hang) act on the next loop iteration, after the current
+ * response had a chance to go out. */
+int sim_fault_apply(struct sim *s, const char *mode, bool ignore_sigterm);
+const char *sim_fault_name(enum sim_fault f);
+
+#endif

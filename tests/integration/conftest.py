@@ -1,0 +1,54 @@
+"""pytest fixtures shared by every integration test.
+
+* ``tmpdir_path``: a fresh temporary directory (a str) for logs, configs, state files.
+* ``procs``: a motorlib.ProcRegistry; everything started through it is killed (whole
+  process group) at teardown, and the output tails are printed when the test failed.
+* ``motor``: the path of the binary under test (skips cleanly when it is missing only if
+  MOTOR_SKIP_MISSING=1; otherwise a missing binary is an error).
+"""
+
+import os
+import shutil
+import sys
+import tempfile
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import motorlib  # noqa: E402
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, "rep_" + rep.when, rep)
+
+
+@pytest.fixture
+def tmpdir_path():
+    d = tempfile.mkdtemp(prefix="motor-it-")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def motor():
+    try:
+        return motorlib.motor_bin()
+    except FileNotFoundError as e:
+        if os.environ.get("MOTOR_SKIP_MISSING") == "1":
+            pytest.skip(str(e))
+        raise
+
+
+@pytest.fixture
+def procs(request, tmpdir_path, motor):
+    reg = motorlib.ProcRegistry(tmpdir_path)
+    yield reg
+    failed = any(getattr(request.node, "rep_" + when, None) is not None and
+                 getattr(request.node, "rep_" + when).failed for when in ("setup", "call"))
+    if failed and reg.procs:
+        sys.stderr.write("\n" + reg.tails() + "\n")
+    reg.close_all()
