@@ -556,16 +556,25 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
             httpd_respond_error(req, 403, "client certificate required");
             return queue_prepared(req);
         }
-        /* An announced oversize body is refused before it is read (MHD then closes
-         * the connection, as the body was not consumed). */
+        /* An announced oversize body: when the excess is small enough we read and
+         * discard it, so a client that writes its whole body before reading (most do)
+         * still gets a clean 413 instead of a reset. A huge one is refused before it is
+         * read (MHD then closes the connection, as the body was not consumed). */
         const char *cl =
             MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         int64_t n = 0;
         if (cl && parse_i64(cl, 0, INT64_MAX, &n) == 0 && (uint64_t)n > h->max_body) {
             req->too_large = true;
-            req->handled = true;
-            httpd_respond_error(req, 413, "request body too large");
-            return queue_prepared(req);
+            strbuf_release(&req->body);
+            strbuf_init(&req->body, 1);
+            const char *expect =
+                MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
+            /* "Expect: 100-continue" clients wait: answering now saves them the upload. */
+            if ((uint64_t)n - h->max_body > HTTPD_DISCARD_MAX || expect) {
+                req->handled = true;
+                httpd_respond_error(req, 413, "request body too large");
+                return queue_prepared(req);
+            }
         }
         return MHD_YES;
     }
