@@ -237,8 +237,15 @@ __attribute__((noreturn)) static void child_run(const struct child_args *a)
     sa.sa_handler = SIG_DFL;
     sigemptyset(&sa.sa_mask);
     for (int s = 1; s < NSIG; s++) {
-        if (s != SIGKILL && s != SIGSTOP)
-            (void)sigaction(s, &sa, NULL); /* glibc-reserved ones fail: harmless */
+        if (s == SIGKILL || s == SIGSTOP)
+            continue;
+        if (sigaction(s, &sa, NULL) != 0) {
+            /* glibc refuses its reserved signals (32, 33), yet a parent may have left
+             * them ignored and that would survive exec: reset them with the raw call
+             * (kernel layout: handler, flags, restorer, mask; SIG_DFL is all zeros). */
+            unsigned long kernel_sa[4] = {0, 0, 0, 0};
+            (void)syscall(SYS_rt_sigaction, s, kernel_sa, NULL, sizeof(kernel_sa[3]));
+        }
     }
     sigset_t none;
     sigemptyset(&none);
