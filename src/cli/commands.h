@@ -5,5 +5,7 @@
 #define MOTOR_CLI_COMMANDS_H
 
 int sim_main(int argc, char **argv);
+int node_manager_main(int argc, char **argv);
+int pool_main(int argc, char **argv);
 
 #endif

@@ -1,0 +1,529 @@
+/* nm_internal — the node manager's private contract between its modules.
+ *
+ * One `struct nodemgr` is created by node_manager_main() and passed to every module
+ * (redis's `server`). Everything runs on one reactor thread: the HTTP API (httpd), the
+ * Controller client and the engine probes (httpc), engine processes (proc, pidfds),
+ * timers, signals and the config watch (inotify). Nothing here is thread-safe and
+ * nothing needs to be.
+ *
+ * Modules and what they own:
+ *   nm_main.c     command line, lifecycle, signals, shutdown (exit status 255), metrics
+ *   nm_reload.c   config hot reload (inotify on the config file's directory)
+ *   nm_api.c      the HTTP routes of spec §4 plus /metrics and /node-manager/engines
+ *   nm_launch.c   start commands, launch-parameter persistence, in-place relaunch (§7.1),
+ *                 the readiness wait, the standalone boot start
+ *   nm_engine.c   the engine service: one supervised process per endpoint, death
+ *                 detection, /health probing (§6.5), status mapping (§2.9), the local
+ *                 restart policy, engine output (tail, rotated files, passthrough)
+ *   nm_ctrl.c     the Controller client: register/backoff, heartbeat, reregister on 503,
+ *                 software-fault reports (§5)
+ *   nm_arbiter.c  suicide arbitration (§2.5) and the freeze deadlines
+ *   nm_services.c the static service registry (§2.6): activation and the phases
+ *   nm_kvstore.c  the kv_store service (stub here; the KV helper replaces it)
+ *   nm_ft.c       engine FT manager + DP scale-down proxy routes (stub here: the routes
+ *                 answer 404 "fault tolerance proxy disabled"; the FT helper replaces it)
+ *
+ * Extension points for later helpers:
+ *   - struct nodemgr has opaque slots `ft`, `kv`, `pool` for their state;
+ *   - nm_route() registers extra routes on the NM's httpd (before the core's catch-alls:
+ *     call it from the module's init, which runs before the core registers its routes);
+ *   - the service registry (nm_services.c) is a static table of nm_service_ops;
+ *   - endpoints carry `retired` (DP scale-down): the core leaves retired endpoints out of
+ *     heartbeats, probes, arbitration and death reports;
+ *   - nm_freeze()/nm_unfreeze() with a cause: the FT guard uses NM_FREEZE_FT_GUARD. */
+#ifndef MOTOR_NM_INTERNAL_H
+#define MOTOR_NM_INTERNAL_H
+
+#include "common/httpc.h"
+#include "common/httpd.h"
+#include "common/metrics.h"
+#include "common/proc.h"
+#include "common/reactor.h"
+#include "nodemgr/nm_config.h"
+#include "wire/wire.h"
+#include "wire/wire_msg.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct nodemgr;
+
+/* Consecutive abnormal arbitration rounds before suicide (§2.5). */
+#define NM_SUICIDE_THRESHOLD 5
+/* Registration backoff (§2.8): 2, 4, 8, 16, 32, 32, ... seconds, forever. */
+#define NM_REGISTER_BACKOFF_FIRST_MS 2000
+#define NM_REGISTER_BACKOFF_MAX_MS 32000
+/* Timeouts towards the Controller (§5.2, §5.6, §5.8). */
+#define NM_REGISTER_TIMEOUT_MS 15000
+#define NM_HEARTBEAT_TIMEOUT_MS 5000
+#define NM_REPORT_TIMEOUT_MS 15000
+/* Delay between answering POST /node-manager/stop and shutting down (§4). */
+#define NM_STOP_EXIT_DELAY_MS 500
+/* Upper bound of the /health probe period (upstream's status thread: 1 s). */
+#define NM_PROBE_PERIOD_MAX_MS 1000
+/* Engine output: in-memory tail per endpoint and the longest line kept. */
+#define NM_TAIL_RING_BYTES (128u * 1024u)
+#define NM_TAIL_MAX_LINES 10000
+/* Exit status of every shutdown path (upstream's sys.exit(-1)). */
+#define NM_EXIT_STATUS 255
+
+/* ---- runtime state of one endpoint's engine (§5.9, §6.5) ------------------------ */
+
+enum nm_runtime {
+    NM_RT_STARTING = 0, /* spawned, /health not yet OK, within startup_timeout */
+    NM_RT_RUNNING,      /* headless endpoint alive (process-only probing) */
+    NM_RT_READY,        /* /health OK */
+    NM_RT_UNHEALTHY,    /* /health failing after having been ready, or startup timed out */
+    NM_RT_STOPPING,     /* a stop was asked, the group is going down */
+    NM_RT_STOPPED,      /* no process (never spawned, exited, or failed) */
+};
+const char *nm_runtime_str(enum nm_runtime rt);
+
+/* §2.9: the endpoint status a runtime state maps to, given the previous status:
+ * running => wait2start, ready => normal, unhealthy/stopped => abnormal,
+ * starting/stopping => keep previous; a previous `paused` is kept whatever happens. */
+enum wire_ep_status nm_status_from_runtime(enum nm_runtime rt, enum wire_ep_status prev);
+
+/* The outcome of one /health probe round (§6.5). */
+enum nm_probe_result { NM_PROBE_OK = 0, NM_PROBE_FAILED };
+/* §6.5 state function after a probe of a live, non-headless process: ok => ready;
+ * failed => starting while the state is still starting and the startup window
+ * (startup_timeout_ms since spawn) is open, else unhealthy. */
+enum nm_runtime nm_runtime_after_probe(enum nm_runtime cur, enum nm_probe_result res,
+                                       int64_t since_spawn_ms, int64_t startup_timeout_ms);
+
+/* Local restart policy: the delay after `cur` (0 = first restart => initial), doubled
+ * and capped at max. */
+int64_t nm_backoff_next(int64_t cur_ms, int64_t initial_ms, int64_t max_ms);
+
+/* ---- one endpoint ------------------------------------------------------------------ */
+
+struct nm_endpoint {
+    struct nodemgr *nm;
+    size_t index;               /* position in this pod (device pinning, ports) */
+    struct wire_endpoint ep;    /* from the start command (owned copy) */
+    enum wire_ep_status status; /* what heartbeats report */
+    enum nm_runtime rt;
+
+    struct proc *proc;      /* current or last process; NULL before the first spawn */
+    pid_t pid;              /* of proc (kept after exit for logs/API) */
+    char *log_path;         /* rotated output file, NULL = none */
+    int64_t spawned_ms;     /* CLOCK_MONOTONIC of the last spawn */
+    int64_t ready_since_ms; /* since when continuously ready, 0 = not ready */
+    unsigned spawns;        /* processes started for this endpoint */
+    bool has_last_exit;
+    struct proc_status last_exit;
+    int64_t last_exit_wall_ms;
+    int64_t last_exit_uptime_ms;
+
+    /* /health probing */
+    struct httpc_req *probe; /* in flight, NULL otherwise */
+    int probe_attempt;       /* 1.. (timeout-only retries) */
+
+    /* flags */
+    bool stop_requested;     /* a group stop is going on: its exit is not a death */
+    bool ever_normal;        /* §2.5 ever-NORMAL rule */
+    bool reported_abnormal;  /* §2.5 dedup within a fault episode */
+    bool retired;            /* DP scale-down committed: out of every decision */
+    bool failed;             /* local restart policy gave up (start limit) */
+    pid_t reported_dead_pid; /* death of this pid already reported (accepted) */
+
+    /* local restart policy */
+    struct reactor_timer restart_timer;
+    bool restart_pending;
+    int64_t backoff_ms; /* delay used by the last restart, 0 = none yet */
+    int window_starts;  /* restarts since the backoff was last reset */
+};
+
+/* ---- service registry (§2.6) ------------------------------------------------------- */
+
+typedef void (*nm_done_fn)(struct nodemgr *nm, void *arg);
+
+/* A service vtable. All callbacks run on the reactor thread; any may be NULL.
+ *   create:       allocate the service state (*state); 0 or -errno (the NM then exits 1).
+ *   prepare:      before engines are (re)launched, lowest prepare_priority first;
+ *                 idempotent (re-run on relaunch). 0 or -errno (start fails with 500).
+ *   pull:         launch the service for the current start command (nm->launch; NULL in
+ *                 separated mode at boot). 0 or -errno; err gets a message.
+ *   stop:         stop everything, gracefully (grace_ms), then call done(nm, arg)
+ *                 exactly once (from the loop or synchronously). Idempotent.
+ *   kill_now:     shutdown path: kill everything synchronously.
+ *   health_check: called every basic_config.daemon_loop_interval; the service handles
+ *                 its own recovery.
+ *   destroy:      free the state (after stop/kill_now). */
+struct nm_service_ops {
+    const char *name;     /* "engine", "kv_store" */
+    const char *backend;  /* activation tag: "engine", "memcache", "mooncake" */
+    int prepare_priority; /* lower first; < 0 = not preparable */
+    int (*create)(struct nodemgr *nm, void **state);
+    int (*prepare)(struct nodemgr *nm, void *state, int endpoints_count);
+    int (*pull)(struct nodemgr *nm, void *state, struct wire_err *err);
+    void (*stop)(struct nodemgr *nm, void *state, int64_t grace_ms, nm_done_fn done, void *arg);
+    void (*kill_now)(struct nodemgr *nm, void *state);
+    void (*health_check)(struct nodemgr *nm, void *state);
+    void (*destroy)(struct nodemgr *nm, void *state);
+};
+
+struct nm_service {
+    const struct nm_service_ops *ops;
+    void *state;
+};
+
+#define NM_MAX_SERVICES 4
+
+/* The registry's static table (nm_services.c) and the kv_store entries (nm_kvstore.c). */
+extern const struct nm_service_ops nm_engine_service_ops;
+extern const struct nm_service_ops nm_kv_memcache_service_ops;
+extern const struct nm_service_ops nm_kv_mooncake_service_ops;
+
+/* Activate the services the config asks for (§2.4: no KV => engine; separated => the KV
+ * backend only; else engine + KV backend), create them in registration order, preparable
+ * ones first by ascending priority. 0 or -errno (logged). */
+int nm_services_create(struct nodemgr *nm);
+/* prepare() on every preparable service. 0 or the first -errno. */
+int nm_services_prepare(struct nodemgr *nm, int endpoints_count);
+/* pull() on every non-engine service (the engine is pulled by nm_launch). */
+int nm_services_pull_others(struct nodemgr *nm, struct wire_err *err);
+/* health_check() on all. */
+void nm_services_health_check(struct nodemgr *nm);
+/* Stop all services in reverse order, then done(nm, arg). */
+void nm_services_stop(struct nodemgr *nm, int64_t grace_ms, nm_done_fn done, void *arg);
+void nm_services_kill_now(struct nodemgr *nm);
+void nm_services_destroy(struct nodemgr *nm);
+/* The state of the service named `name`, or NULL when inactive. */
+void *nm_service_state(struct nodemgr *nm, const char *name);
+
+/* ---- freeze (§2.5) ------------------------------------------------------------------
+ * Deadline-based; a freeze never shortens an existing deadline of the same cause. Unlike
+ * upstream (one global deadline, §12.11) each cause has its own deadline, so an unfreeze
+ * cancels only its own cause's freeze. Any active deadline freezes arbitration. */
+enum nm_freeze_cause {
+    NM_FREEZE_FAULT = 0, /* a death/abnormal report accepted: wait for the Controller */
+    NM_FREEZE_RELAUNCH,  /* an in-place relaunch is running */
+    NM_FREEZE_FT_GUARD,  /* a DP scale-down transaction owns the guard */
+    NM_FREEZE_COUNT,
+};
+const char *nm_freeze_cause_str(enum nm_freeze_cause c);
+
+/* ---- suicide arbitration (§2.5), a pure state machine ------------------------------ */
+
+struct nm_arbiter {
+    uint64_t generation; /* last endpoints generation seen */
+    int counter;         /* consecutive abnormal rounds */
+    bool suicide;        /* the flag */
+    int64_t freeze_until[NM_FREEZE_COUNT];
+};
+
+/* What a round sees of one endpoint. ever_normal / reported are updated in place. */
+struct nm_arb_ep {
+    int64_t id;
+    enum wire_ep_status status;
+    bool excluded;    /* retired, or awaiting a local restart: not counted */
+    bool ever_normal; /* in/out */
+    bool reported;    /* in/out: reported abnormal in this episode */
+};
+
+struct nm_arb_input {
+    int64_t now_ms;
+    uint64_t generation;
+    bool in_grace;
+    bool suicide_enabled; /* container_restart_managed */
+    struct nm_arb_ep *eps;
+    size_t n_eps;
+};
+
+enum nm_arb_outcome {
+    NM_ARB_GENERATION_RESET = 0, /* step 1 */
+    NM_ARB_SKIPPED,              /* step 2: frozen or in grace */
+    NM_ARB_ABNORMAL,             /* step 4a */
+    NM_ARB_HEALTHY,              /* step 4b */
+};
+
+void nm_arbiter_init(struct nm_arbiter *a);
+/* One round. Endpoints to report (ABNORMAL, ever NORMAL, not yet reported) get their
+ * index written to report_idx (capacity n_eps) and counted in *n_report; the caller
+ * marks them `reported` only once the Controller accepted (here `reported` is not set).
+ * Returns what happened; a->suicide is set when the threshold is reached (and
+ * suicide_enabled). */
+enum nm_arb_outcome nm_arbiter_round(struct nm_arbiter *a, const struct nm_arb_input *in,
+                                     size_t *report_idx, size_t *n_report);
+void nm_arbiter_freeze(struct nm_arbiter *a, enum nm_freeze_cause c, int64_t now_ms,
+                       int64_t duration_ms);
+void nm_arbiter_unfreeze(struct nm_arbiter *a, enum nm_freeze_cause c);
+bool nm_arbiter_frozen(const struct nm_arbiter *a, int64_t now_ms);
+/* Counter and flag back to zero (after a successful relaunch: a new fault episode). */
+void nm_arbiter_reset(struct nm_arbiter *a);
+
+/* ---- Controller client state ------------------------------------------------------- */
+
+struct nm_call; /* a tracked request to the Controller (nm_ctrl.c) */
+
+struct nm_ctrl {
+    bool enabled;         /* false: standalone / separated (no Controller at all) */
+    char *base_url;       /* "http(s)://host:port" */
+    struct httpc_tls tls; /* client TLS (mgmt_tls_config) */
+    char *tls_password;
+    bool use_tls;
+
+    /* registration */
+    bool registered;
+    bool register_inflight;
+    int64_t register_backoff_ms;
+    unsigned register_attempts;
+    struct reactor_timer register_timer;
+
+    /* heartbeats (started by the first start command) */
+    bool hb_started;
+    bool hb_inflight;
+    struct reactor_timer hb_timer;
+    bool reregister_inflight;
+    int64_t hb_last_error_log_ms; /* rate limit of heartbeat error logs */
+    unsigned hb_errors_suppressed;
+
+    struct nm_call *calls; /* every request in flight (freed on shutdown) */
+};
+
+/* ---- metrics ----------------------------------------------------------------------- */
+
+struct nm_metrics {
+    struct metrics_registry *reg;
+    struct metrics_counter *spawns, *deaths, *local_restarts, *relaunches, *probe_failures;
+    struct metrics_counter *reports_accepted, *reports_rejected, *reports_failed;
+    struct metrics_counter *hb_ok, *hb_failed, *hb_503, *reg_ok, *reg_failed;
+    struct metrics_counter *reloads_ok, *reloads_failed;
+    struct metrics_histogram *death_report_latency;
+};
+
+/* ---- the daemon -------------------------------------------------------------------- */
+
+enum nm_wait_kind { NM_WAIT_NONE = 0, NM_WAIT_START, NM_WAIT_RELAUNCH };
+
+struct nodemgr {
+    struct reactor *r;
+    struct nm_config *cfg; /* live config; swapped whole on reload */
+    char *state_path;      /* launch-parameter file */
+    int port_override;     /* --port (-1 = from the config; 0 = ephemeral) */
+    uint16_t api_port;     /* bound port */
+    struct httpd *api;
+    struct httpc *ctl_http;   /* Controller */
+    struct httpc *probe_http; /* engine /health probes */
+    struct nm_metrics m;
+    int64_t boot_ms;
+
+    /* lifecycle */
+    bool shutting_down;
+    bool kill_now_requested;
+    int exit_code;
+    struct reactor_timer stop_exit_timer; /* POST /stop => shutdown 0.5 s later */
+    struct reactor_timer shutdown_timer;  /* deadline of the graceful shutdown */
+    struct reactor_timer tick_timer;      /* daemon_loop_interval: health checks */
+
+    /* services */
+    struct nm_service services[NM_MAX_SERVICES];
+    size_t n_services;
+    bool has_engine;
+
+    /* the current start command (RegisterManager) and its endpoints (HeartbeatManager) */
+    struct wire_start_cmd *launch; /* stored launch params, NULL = no start recorded */
+    struct nm_endpoint **eps;      /* endpoints of the current start, n_eps of them */
+    size_t n_eps;
+    uint64_t generation; /* bumped by every accepted (non-identical) start */
+    bool grace;          /* §2.5 grace period */
+    int64_t grace_since_ms;
+    struct reactor_timer probe_timer;
+
+    /* group stop of every engine (stop, relaunch, restart with another spec) */
+    unsigned stops_pending;
+    struct nm_stop_waiter *stop_waiters;
+
+    /* readiness wait after a start or relaunch */
+    enum nm_wait_kind wait_kind;
+    int64_t wait_deadline_ms;
+    struct reactor_timer wait_timer;
+
+    /* relaunch (§7.1) */
+    bool relaunching;
+    unsigned relaunch_count;
+    struct httpd_req *pending_req;        /* a start/relaunch answered after a group stop */
+    struct wire_start_cmd *pending_start; /* the start waiting for the old engines to go */
+    struct httpd_req *stop_req;           /* POST /stop answered once everything stopped */
+    bool exiting;                         /* POST /stop accepted: no more starts/relaunches */
+
+    struct nm_ctrl ctrl;
+    struct nm_arbiter arb;
+    struct reactor_timer arb_timer;
+
+    /* hot reload */
+    int inotify_fd;
+    int inotify_wd;
+    char *watch_dir, *watch_name;
+    struct reactor_timer reload_timer;
+    char *loaded_sig; /* identity of the file last loaded (dev/ino/size/mtime) */
+
+    /* engine output passthrough to the NM's stdout */
+    int passthrough_fd;      /* -1 = none */
+    bool passthrough_socket; /* stdout is a socket: send with MSG_DONTWAIT */
+    uint64_t passthrough_dropped;
+
+    /* extension slots (opaque to the core) */
+    void *ft;
+    void *kv;
+    void *pool;
+};
+
+/* Arm a timer of struct nodemgr (all are reactor_timer_init'ed once at creation, so
+ * arming an already armed one just reschedules it). */
+static inline void nm_timer_start(struct reactor *r, struct reactor_timer *t, reactor_timer_cb cb,
+                                  void *arg, int64_t delay_ms, int64_t interval_ms)
+{
+    t->cb = cb;
+    t->arg = arg;
+    reactor_timer_start(r, t, delay_ms, interval_ms);
+}
+
+/* ---- nm_main.c ---------------------------------------------------------------------- */
+/* Begin the graceful shutdown (idempotent): stop heartbeats and registration, the FT
+ * manager, the services (engines: SIGTERM, grace, SIGKILL, sweep), then end the loop.
+ * The process exits with NM_EXIT_STATUS. */
+void nm_shutdown(struct nodemgr *nm, const char *reason);
+/* Register a route on the NM's API server (see httpd_route). */
+void nm_route(struct nodemgr *nm, const char *method, const char *pattern, httpd_handler fn,
+              void *arg, unsigned flags);
+/* Interval helpers from the live config. */
+int64_t nm_heartbeat_interval_ms(const struct nodemgr *nm);
+int64_t nm_probe_period_ms(const struct nodemgr *nm);
+
+/* ---- nm_reload.c -------------------------------------------------------------------- */
+int nm_reload_init(struct nodemgr *nm);
+void nm_reload_free(struct nodemgr *nm);
+/* Reload now (SIGHUP, tests). Returns 0 when a new config was applied or nothing
+ * changed, -EINVAL when the new file is invalid (old config kept). */
+int nm_reload_now(struct nodemgr *nm);
+
+/* ---- nm_api.c ----------------------------------------------------------------------- */
+int nm_api_init(struct nodemgr *nm); /* creates nm->api and registers the routes */
+/* Body helpers shared with the FT/KV/pool modules. */
+void nm_respond_detail(struct httpd_req *req, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- nm_launch.c -------------------------------------------------------------------- */
+/* POST /node-manager/start, /engine-restart, /stop (they may suspend the request). */
+void nm_launch_handle_start(struct nodemgr *nm, struct httpd_req *req);
+void nm_launch_handle_restart(struct nodemgr *nm, struct httpd_req *req);
+void nm_launch_handle_stop(struct nodemgr *nm, struct httpd_req *req);
+/* Load the persisted launch parameters (boot). Missing file: fine. */
+void nm_launch_restore(struct nodemgr *nm);
+/* Standalone boot start: synthesize a start from the config and launch. 0 or -errno. */
+int nm_launch_standalone(struct nodemgr *nm);
+/* An endpoint's runtime state changed: re-evaluate the readiness wait. */
+void nm_launch_runtime_changed(struct nodemgr *nm);
+/* Shutdown: drop pending requests, stop timers. */
+void nm_launch_shutdown(struct nodemgr *nm);
+/* Serialize / parse the persisted launch parameters (pure; unit-tested). */
+json_t *nm_launch_state_to_json(const struct wire_start_cmd *launch, unsigned relaunch_count);
+int nm_launch_state_parse(json_t *j, struct wire_start_cmd *out, struct wire_err *err);
+
+/* ---- nm_engine.c -------------------------------------------------------------------- */
+/* Replace the endpoint set by the start command's endpoints (all statuses as received,
+ * normally initial). Frees the old endpoints (their processes must be gone). */
+void nm_engine_set_endpoints(struct nodemgr *nm, const struct wire_start_cmd *cmd);
+void nm_engine_free_endpoints(struct nodemgr *nm);
+/* Spawn one process per (non-retired) endpoint from nm->launch. On failure every
+ * process started by this call is killed and -errno returned with err set. */
+int nm_engine_spawn_all(struct nodemgr *nm, struct wire_err *err);
+/* Graceful stop of every live engine group; done(nm, arg) once all are reaped (maybe
+ * synchronously when nothing runs). */
+void nm_engine_stop_all(struct nodemgr *nm, int64_t grace_ms, nm_done_fn done, void *arg);
+void nm_engine_kill_all_now(struct nodemgr *nm);
+bool nm_engine_any_alive(const struct nodemgr *nm);
+/* Start/stop the probe timer. */
+void nm_engine_probes_start(struct nodemgr *nm);
+void nm_engine_probes_stop(struct nodemgr *nm);
+void nm_engine_probes_reconfigure(struct nodemgr *nm);
+/* Print the relaunch banner to stdout and every endpoint's log file. */
+void nm_engine_banner(struct nodemgr *nm, const char *text);
+/* Endpoint by id (NULL if none). */
+struct nm_endpoint *nm_engine_find(struct nodemgr *nm, int64_t id);
+/* Set a status (keeps ever_normal/grace bookkeeping). */
+void nm_engine_set_status(struct nm_endpoint *e, enum wire_ep_status st, const char *cause);
+/* Status predicates (§2.9, non-retired endpoints): strict = non-empty and all normal;
+ * relaxed = non-empty and none abnormal. */
+bool nm_engine_all_normal(const struct nodemgr *nm);
+bool nm_engine_none_abnormal(const struct nodemgr *nm);
+/* Every endpoint ready (headless: running). */
+bool nm_engine_all_ready(const struct nodemgr *nm);
+bool nm_engine_any_stopped(const struct nodemgr *nm);
+/* Retire endpoints (DP scale-down commit): validated by the caller. */
+void nm_engine_retire(struct nodemgr *nm, const int64_t *ids, size_t n);
+/* JSON for GET /node-manager/engines. */
+json_t *nm_engine_list_json(struct nodemgr *nm);
+/* Reset the local restart state (a relaunch or new start). */
+void nm_engine_reset_restart_state(struct nodemgr *nm);
+/* Open the passthrough fd (stdout, non-blocking where possible). */
+void nm_engine_passthrough_init(struct nodemgr *nm);
+
+/* ---- nm_ctrl.c ---------------------------------------------------------------------- */
+void nm_ctrl_init(struct nodemgr *nm);
+void nm_ctrl_free(struct nodemgr *nm);
+/* The config was swapped: rebuild the Controller URL and client TLS from it. */
+void nm_ctrl_reconfigure(struct nodemgr *nm);
+/* Begin registering (no-op when disabled or no job name). */
+void nm_ctrl_start_register(struct nodemgr *nm);
+/* Start heartbeats (idempotent); first one at once. */
+void nm_ctrl_heartbeat_start(struct nodemgr *nm);
+void nm_ctrl_heartbeat_reconfigure(struct nodemgr *nm);
+/* Stop timers (shutdown); requests in flight are cancelled by nm_ctrl_free. */
+void nm_ctrl_stop(struct nodemgr *nm);
+/* Report a software fault. rep is consumed (released). cb(nm, accepted, arg) is called
+ * once, unless the NM shuts down first (then free_arg(arg) is called instead when
+ * set). No Controller => cb(nm, false, arg) from the loop. */
+typedef void (*nm_report_cb)(struct nodemgr *nm, bool accepted, void *arg);
+void nm_ctrl_report_fault(struct nodemgr *nm, struct wire_fault_report *rep, nm_report_cb cb,
+                          void *arg, void (*free_arg)(void *));
+/* Build the RegisterMsg / HeartbeatMsg bodies (unit-tested). */
+json_t *nm_ctrl_register_body(struct nodemgr *nm);
+json_t *nm_ctrl_heartbeat_body(struct nodemgr *nm);
+
+/* ---- nm_arbiter.c (daemon glue; the pure part is above) ----------------------------- */
+void nm_arb_start(struct nodemgr *nm);
+void nm_arb_stop(struct nodemgr *nm);
+void nm_arb_reconfigure(struct nodemgr *nm);
+void nm_freeze(struct nodemgr *nm, enum nm_freeze_cause c, int64_t duration_ms, const char *why);
+void nm_unfreeze(struct nodemgr *nm, enum nm_freeze_cause c, const char *why);
+bool nm_frozen(const struct nodemgr *nm);
+/* A new fault episode: counter and flag reset, reported-abnormal set cleared. */
+void nm_arb_new_episode(struct nodemgr *nm);
+/* Report a death (pid exit) of endpoint e right away (§2.4 process monitor). */
+void nm_report_death(struct nm_endpoint *e, const struct proc_status *st, int64_t exited_ms);
+/* Grace bookkeeping: ends at the first NORMAL, at startup_timeout, or at a death. */
+void nm_grace_end(struct nodemgr *nm, const char *cause);
+
+/* ---- nm_pool.c (the worker pool of nodemgr/pool.h; config key worker_pool) --------- */
+/* Create nm->pool and register its routes when worker_pool.enable (before the core
+ * routes, from nm_api_init). 0 or -errno (invalid block: the NM does not start). */
+int nm_pool_init(struct nodemgr *nm);
+/* Shutdown: answer held calls 503, SIGTERM every worker (nm_shutdown). */
+void nm_pool_shutdown(struct nodemgr *nm);
+/* Stop what is left (bounded wait, then SIGKILL) and free; before httpd_free. */
+void nm_pool_free(struct nodemgr *nm);
+
+/* ---- nm_ft.c (replaced by the FT helper) ------------------------------------------- */
+/* Register the FT routes (/node-manager/fault-tolerance/{status,apply,guard,finalize})
+ * and create nm->ft. Called before the core routes. 0 or -errno. */
+int nm_ft_init(struct nodemgr *nm);
+void nm_ft_free(struct nodemgr *nm);
+/* Engines became ready after a start (start polling when FT is enabled). */
+void nm_ft_engines_ready(struct nodemgr *nm);
+/* Relaunch: pause polling while engines are down; resume (dedup/failure state cleared). */
+void nm_ft_pause(struct nodemgr *nm);
+void nm_ft_resume(struct nodemgr *nm);
+/* A new start command replaced the endpoints: clear retired state, restart polling. */
+void nm_ft_endpoints_reset(struct nodemgr *nm);
+/* The config was reloaded (start/stop polling on an enable flip). */
+void nm_ft_config_updated(struct nodemgr *nm);
+/* Shutdown: stop polling. */
+void nm_ft_stop(struct nodemgr *nm);
+
+#endif

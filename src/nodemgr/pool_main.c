@@ -1,0 +1,225 @@
+/* pool_main — `motor worker-pool`: the worker pool alone on its own HTTP server, for
+ * operators who want on-demand workers without inference engines (and for tests). The
+ * same pool runs inside `motor node-manager`. */
+#include "nodemgr/pool_internal.h"
+
+#include "common/log.h"
+#include "common/util.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define POOL_DEFAULT_PORT 1030
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: motor worker-pool [options]\n\n"
+            "The worker pool alone: manifest-defined worker processes started on demand,\n"
+            "reused up to a concurrency cap, reaped when idle, invoked over HTTP\n"
+            "(POST /node-manager/pool/nodes/{id}/invoke). See docs/worker-pool.md.\n\n"
+            "  --host ADDR         bind address (default 127.0.0.1)\n"
+            "  --port N            port (default %d; 0 = ephemeral)\n"
+            "  --manifests DIR     register every DIR/*.json manifest at start\n"
+            "  --db PATH           SQLite file for manifests and instance records\n"
+            "                      (default: in memory, nothing survives a restart)\n"
+            "  --base-dir DIR      relative workdirs resolve here (default: --manifests)\n"
+            "  --stop-grace-ms N   SIGTERM -> SIGKILL grace for workers (default 5000)\n"
+            "  --api-key KEY       require X-Motor-Management-Key on management routes\n"
+            "                      (default: $MOTOR_POOL_API_KEY, else none)\n"
+            "  --log-level LEVEL   debug, info, warn, error (default info)\n"
+            "  -h, --help          this text\n\n"
+            "The bound port is logged as {\"event\":\"pool_listening\",\"port\":N,...}.\n",
+            POOL_DEFAULT_PORT);
+}
+
+struct pool_main {
+    struct reactor *r;
+    struct httpd *h;
+    struct pool *p;
+    struct reactor_timer deadline;
+    bool stopping;
+};
+
+static void on_drained(void *arg)
+{
+    struct pool_main *m = arg;
+    log_info("pool_drained");
+    reactor_stop(m->r);
+}
+
+static void on_deadline(struct reactor *r, void *arg)
+{
+    log_warn("pool_shutdown_deadline", LF_STR("why", "workers still running: killing them"));
+    reactor_stop(r);
+}
+
+static void on_signal(struct reactor *r, int signo, void *arg)
+{
+    struct pool_main *m = arg;
+    if (signo == SIGCHLD) {
+        /* Subreaper: descendants that left their worker's group end up here. */
+        proc_reap_orphans();
+        return;
+    }
+    if (signo == SIGHUP) {
+        log_info("signal_ignored", LF_INT("signal", signo));
+        return;
+    }
+    if (m->stopping) {
+        reactor_stop(r); /* second signal: do not wait */
+        return;
+    }
+    m->stopping = true;
+    log_info("pool_stopping", LF_INT("signal", signo));
+    pool_shutdown(m->p, on_drained, m);
+    reactor_timer_start(r, &m->deadline, m->p->cfg.stop_grace_ms + 2000, 0);
+}
+
+static void h_health(struct httpd_req *req, void *arg)
+{
+    struct pool_main *m = arg;
+    json_t *o = json_object();
+    json_object_set_new(o, "status", json_string(m->stopping ? "stopping" : "ok"));
+    json_object_set_new(o, "live_instances", json_integer((json_int_t)pool_live_instances(m->p)));
+    httpd_respond_json(req, m->stopping ? 503 : 200, o);
+}
+
+int pool_main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"host", required_argument, NULL, 'H'},
+        {"port", required_argument, NULL, 'p'},
+        {"manifests", required_argument, NULL, 'm'},
+        {"db", required_argument, NULL, 'd'},
+        {"base-dir", required_argument, NULL, 'b'},
+        {"stop-grace-ms", required_argument, NULL, 'g'},
+        {"api-key", required_argument, NULL, 'k'},
+        {"log-level", required_argument, NULL, 'l'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *host = "127.0.0.1", *log_level = NULL, *api_key = getenv("MOTOR_POOL_API_KEY");
+    int port = POOL_DEFAULT_PORT;
+    int64_t grace = -1;
+    struct pool_config cfg;
+    pool_config_init(&cfg);
+    optind = 0;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (ch) {
+        case 'H':
+            host = optarg;
+            break;
+        case 'p':
+            if (parse_int(optarg, 0, 65535, &port) != 0) {
+                fprintf(stderr, "motor worker-pool: invalid --port '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case 'm':
+            cfg.manifests_dir = optarg;
+            break;
+        case 'd':
+            cfg.db_path = optarg;
+            break;
+        case 'b':
+            cfg.base_dir = optarg;
+            break;
+        case 'g':
+            if (parse_i64(optarg, 0, 600000, &grace) != 0) {
+                fprintf(stderr, "motor worker-pool: invalid --stop-grace-ms '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case 'k':
+            api_key = optarg;
+            break;
+        case 'l':
+            log_level = optarg;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            fprintf(stderr, "(see 'motor worker-pool --help')\n");
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "motor worker-pool: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    log_set_component("worker-pool");
+    if (log_level) {
+        enum log_level lv;
+        if (log_parse_level(log_level, &lv) < 0) {
+            fprintf(stderr, "motor worker-pool: invalid --log-level '%s'\n", log_level);
+            return 2;
+        }
+        log_set_level(lv);
+    }
+    signal(SIGPIPE, SIG_IGN);
+    if (grace >= 0)
+        cfg.stop_grace_ms = grace;
+    if (api_key && *api_key)
+        cfg.admin_route_flags = HTTPD_ROUTE_AUTH;
+
+    struct pool_main m;
+    memset(&m, 0, sizeof(m));
+    int code = 1;
+    m.r = reactor_new();
+    if (!m.r) {
+        log_error("reactor_failed", LF_STR("error", strerror(errno)));
+        return 1;
+    }
+    reactor_timer_init(&m.deadline, on_deadline, &m);
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD};
+    if (reactor_watch_signals(m.r, sigs, ARRAY_LEN(sigs), on_signal, &m) < 0) {
+        log_error("signals_failed", LF_STR("error", strerror(errno)));
+        goto out;
+    }
+    if (proc_become_subreaper() < 0)
+        log_warn("pool_subreaper_failed", LF_STR("error", strerror(errno)));
+
+    m.p = pool_new(m.r, &cfg);
+    if (!m.p)
+        goto out;
+    static const char *const quiet[] = {"/health", NULL};
+    struct httpd_config hc = {
+        .name = "worker-pool",
+        .host = host,
+        .port = (uint16_t)port,
+        .max_body = cfg.max_request,
+        .api_key = (api_key && *api_key) ? api_key : NULL,
+        .quiet_paths = quiet,
+    };
+    m.h = httpd_new(m.r, &hc);
+    if (!m.h) {
+        log_error("pool_listen_failed", LF_STR("host", host), LF_INT("port", port),
+                  LF_STR("error", strerror(errno)));
+        goto out;
+    }
+    pool_register_routes(m.p, m.h);
+    httpd_route(m.h, "GET", "/health", h_health, &m, 0);
+    log_info("pool_listening", LF_STR("host", host), LF_INT("port", httpd_port(m.h)),
+             LF_INT("pid", getpid()));
+    int rc = reactor_run(m.r);
+    if (rc)
+        log_error("reactor_error", LF_STR("error", strerror(-rc)));
+    code = rc ? 1 : 0;
+out:
+    /* The pool first: its held requests are answered while the server still runs. */
+    pool_free(m.p);
+    httpd_free(m.h);
+    if (m.r)
+        reactor_timer_stop(m.r, &m.deadline);
+    reactor_free(m.r);
+    log_info("pool_exit", LF_INT("exit_code", code), LF_INT("pid", getpid()));
+    return code;
+}
