@@ -5,6 +5,8 @@
 #define MOTOR_CLI_COMMANDS_H
 
 int sim_main(int argc, char **argv);
+int coordinator_main(int argc, char **argv);
+int register_main(int argc, char **argv);
 int node_manager_main(int argc, char **argv);
 int pool_main(int argc, char **argv);
 

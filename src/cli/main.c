@@ -14,6 +14,8 @@ struct subcommand {
 
 static const struct subcommand subcommands[] = {
     {"engine-sim", sim_main, "OpenAI-compatible engine simulator (vLLM surface, fault injection)"},
+    {"coordinator", coordinator_main, "OpenAI-compatible gateway (PD routing, balancing, breakers)"},
+    {"register", register_main, "register engines with a coordinator (standalone deployment)"},
     {"node-manager", node_manager_main, "engine supervisor of one pod/host (register, launch, probe, relaunch)"},
     {"worker-pool", pool_main, "on-demand worker processes from manifests (the node manager's pool, alone)"},
 };

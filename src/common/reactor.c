@@ -53,6 +53,11 @@ struct reactor {
      * timer with delay 0 runs again next iteration, not 1024 times in this batch. */
     bool in_timer_batch;
     int64_t batch_now;
+    /* A timer was pushed to batch_now + 1 by the rule above: the next batch runs as soon
+     * as the loop comes round (its "now" is at least batch_now + 1), instead of sleeping
+     * until the clock reaches the next millisecond. Without this every hand-off through
+     * a zero-delay timer (httpd/httpc kicks) costs up to 1 ms of idle wait. */
+    bool deferred;
 
     pthread_mutex_t inbox_lock;
     struct task *inbox_head, *inbox_tail;
@@ -271,11 +276,20 @@ static void rearm_timerfd(struct reactor *r)
     int64_t due = r->heap_len ? r->heap[0]->due_ms : INT64_MAX;
     if (due == r->armed_due)
         return;
+    /* Armed for earlier than needed (a timer was stopped or a later one started): let it
+     * fire early — the batch finds nothing due and re-arms — rather than pay one
+     * timerfd_settime per timer start/stop, which dominated a proxied request's CPU
+     * profile. armed_due < 0 means "must re-arm" (the timerfd just expired); with no
+     * timer left it is disarmed at once, so an idle loop gets no spurious wakeup. */
+    if (r->armed_due >= 0 && due != INT64_MAX && due > r->armed_due)
+        return;
     struct itimerspec its;
     memset(&its, 0, sizeof(its));
     if (due != INT64_MAX) {
         /* TFD_TIMER_ABSTIME with 0 would disarm: a due time in the past fires at once. */
         int64_t at = due > 0 ? due : 1;
+        if (r->deferred && due <= r->batch_now + 1)
+            at = 1; /* deferred from the last batch: fire on the next iteration */
         its.it_value.tv_sec = at / 1000;
         its.it_value.tv_nsec = (at % 1000) * 1000000L;
     }
@@ -304,8 +318,10 @@ void reactor_timer_start(struct reactor *r, struct reactor_timer *t, int64_t del
     if (delay_ms < 0)
         delay_ms = 0;
     t->due_ms = mono_ms() + delay_ms;
-    if (r->in_timer_batch && t->due_ms <= r->batch_now)
+    if (r->in_timer_batch && t->due_ms <= r->batch_now) {
         t->due_ms = r->batch_now + 1;
+        r->deferred = true;
+    }
     t->interval_ms = interval_ms > 0 ? interval_ms : 0;
     if (r->heap_len == r->heap_cap) {
         r->heap_cap = r->heap_cap ? r->heap_cap * 2 : 16;
@@ -328,6 +344,12 @@ void reactor_timer_stop(struct reactor *r, struct reactor_timer *t)
 static void run_due_timers(struct reactor *r)
 {
     int64_t now = mono_ms();
+    if (r->deferred) {
+        /* Timers deferred by the previous batch are due now, even within the same ms. */
+        r->deferred = false;
+        if (now <= r->batch_now)
+            now = r->batch_now + 1;
+    }
     r->now_ms = now;
     bool nested = r->in_timer_batch;
     r->in_timer_batch = true;

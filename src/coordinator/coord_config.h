@@ -1,0 +1,79 @@
+/* coord_config — the motor_coordinator_config block of user_config.json (spec §14).
+ *
+ * Upstream key names are accepted as they are; keys Motor adds are marked "(motor)" in
+ * docs/coordinator.md. Every value is validated; all problems are collected in one pass
+ * through cfg_errors so an operator sees them at once. Durations are kept in ms.
+ *
+ * Not thread-safe; loaded once in main before threads exist, then read-only. */
+#ifndef MOTOR_COORD_CONFIG_H
+#define MOTOR_COORD_CONFIG_H
+
+#include "common/cfg.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum ccfg_scheduler { CCFG_SCHED_LOAD_BALANCE = 0, CCFG_SCHED_ROUND_ROBIN };
+
+struct ccfg_tls {
+    bool enable;
+    char *cert_file;
+    char *key_file;
+    char *ca_file;
+    char *key_password; /* read from passwd_file when set */
+};
+
+struct ccfg {
+    /* api_config */
+    char *host;      /* coordinator_api_host ($POD_IP or 127.0.0.1) */
+    int infer_port;  /* coordinator_api_infer_port (1025), 0 = ephemeral */
+    int mgmt_port;   /* coordinator_api_mgmt_port (1026), 0 = ephemeral */
+    size_t max_body; /* (motor) max_request_body_bytes, inference requests */
+    /* scheduler_config */
+    enum ccfg_scheduler scheduler;
+    char *scheduler_type;         /* as configured (kv_cache_affinity etc. degrade) */
+    double instance_score_weight; /* endpoint_instance_score_weight (0.05) */
+    bool pd_fallback_to_hybrid;   /* enable_pd_separation_fallback_to_hybrid (true) */
+    bool decode_colocation;       /* (motor) decode instances may serve whole requests */
+    /* exception_config */
+    int max_retry;               /* 5 */
+    int64_t retry_delay_ms;      /* retry_delay 0.2 s, doubling per attempt */
+    int transport_max_retry;     /* defaults to max_retry */
+    int breaker_threshold;       /* (motor) circuit_breaker_failure_threshold 3 */
+    int64_t breaker_open_ms;     /* (motor) circuit_breaker_open_timeout 30 s */
+    int64_t breaker_max_open_ms; /* (motor) circuit_breaker_max_open_timeout 300 s */
+    /* timeout_config */
+    int64_t first_token_timeout_ms; /* 600 s */
+    int64_t infer_timeout_ms;       /* 3600 s */
+    int64_t connect_timeout_ms;     /* (motor) upstream_connect_timeout 5 s */
+    int64_t shutdown_grace_ms;      /* (motor) graceful_shutdown_timeout 10 s */
+    /* api_key_config: inference API keys (Authorization: Bearer) */
+    bool api_key_enable;
+    char **api_keys; /* NULL-terminated; from api_keys[] and api_key_file lines */
+    size_t n_api_keys;
+    /* mgmt_api_key_config */
+    bool mgmt_key_enable;
+    char *mgmt_key; /* the single-line secret of api_key_file */
+    /* inference_workers_config */
+    int workers; /* (motor) num_workers; 0 = number of online CPUs */
+    /* motor_deploy_config.tls_config */
+    struct ccfg_tls infer_tls;
+    struct ccfg_tls mgmt_tls;
+};
+
+/* Fill with the defaults (env POD_IP honoured). Release with ccfg_release. */
+void ccfg_init(struct ccfg *c);
+void ccfg_release(struct ccfg *c);
+
+/* Apply a user_config.json document: root may hold motor_coordinator_config (and
+ * motor_deploy_config for TLS) or be the coordinator block itself. Files referenced by
+ * the config (key files) are read here. Errors are recorded in e (nothing aborts). */
+void ccfg_apply(struct ccfg *c, json_t *root, struct cfg_errors *e);
+
+/* Read a one-line secret file: the first line without trailing whitespace. Fails with
+ * -ENOENT/-EACCES..., -EINVAL (empty), -EFBIG (> 4 KiB). *out is a heap string. */
+int ccfg_read_secret(const char *path, char **out);
+
+#endif

@@ -1,0 +1,501 @@
+/* motor coordinator — process lifecycle: arguments, configuration, the management
+ * reactor on the main thread, N worker threads, metrics, graceful stop. */
+#include "coordinator/coord_internal.h"
+
+#include "cli/commands.h"
+#include "common/log.h"
+#include "common/strbuf.h"
+#include "common/util.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- metrics ------------------------------------------------------------------------ */
+
+static const char *const cause_names[CAUSE_COUNT] = {
+    [CAUSE_BAD_REQUEST] = "bad_request",
+    [CAUSE_UNAUTHORIZED] = "unauthorized",
+    [CAUSE_MODEL_NOT_FOUND] = "model_not_found",
+    [CAUSE_NO_INSTANCE] = "no_instance",
+    [CAUSE_UPSTREAM_TRANSPORT] = "upstream_transport",
+    [CAUSE_UPSTREAM_STATUS] = "upstream_status",
+    [CAUSE_UPSTREAM_PROTOCOL] = "upstream_protocol",
+    [CAUSE_FIRST_TOKEN_TIMEOUT] = "first_token_timeout",
+    [CAUSE_INFER_TIMEOUT] = "infer_timeout",
+    [CAUSE_CLIENT_DISCONNECT] = "client_disconnect",
+    [CAUSE_SHUTDOWN] = "shutdown",
+};
+
+static void metrics_cache(struct coord *c);
+
+static void metrics_setup(struct coord *c)
+{
+    struct coord_metrics *m = &c->m;
+    m->reg = metrics_registry_new();
+    m->requests = metrics_counter_family(m->reg, "motor_coordinator_requests_total",
+                                         "Inference requests answered, by API and HTTP status.",
+                                         "api", "code");
+    struct metrics_family *errs =
+        metrics_counter_family(m->reg, "motor_coordinator_errors_total",
+                               "Inference requests that failed, by cause.", "cause");
+    for (int i = 0; i < CAUSE_COUNT; i++)
+        m->errors[i] = metrics_counter_labels(errs, "cause", cause_names[i]);
+    m->retries =
+        metrics_counter_new(m->reg, "motor_coordinator_retries_total",
+                            "Attempts repeated on another instance before the first byte.");
+    m->breaker_trips = metrics_counter_new(m->reg, "motor_coordinator_breaker_trips_total",
+                                           "Times an instance's circuit breaker opened.");
+    m->legs =
+        metrics_counter_family(m->reg, "motor_coordinator_upstream_legs_total",
+                               "Requests sent to engines, by role and outcome.", "role", "outcome");
+    static const double ttft_b[] = {.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60};
+    static const double e2e_b[] = {.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300};
+    m->ttft = metrics_histogram_new(m->reg, "motor_coordinator_time_to_first_token_seconds",
+                                    "Time from request arrival to the first byte sent back.",
+                                    ttft_b, ARRAY_LEN(ttft_b));
+    m->e2e =
+        metrics_histogram_new(m->reg, "motor_coordinator_request_duration_seconds",
+                              "End-to-end latency of inference requests.", e2e_b, ARRAY_LEN(e2e_b));
+    m->inflight = metrics_gauge_new(m->reg, "motor_coordinator_inflight_requests",
+                                    "Inference requests in progress.");
+    m->refreshes = metrics_counter_new(m->reg, "motor_coordinator_instance_refreshes_total",
+                                       "Accepted POST /instances/refresh calls.");
+    metrics_cache(c);
+}
+
+void coord_count_error(struct coord *c, enum coord_cause cause)
+{
+    if ((unsigned)cause < CAUSE_COUNT)
+        metrics_counter_inc(c->m.errors[cause]);
+}
+
+static const int coord_codes[COORD_CODES] = {200, 400, 401, 404, 413, 499, 500, 502, 503, 504};
+static const char *const coord_apis[3] = {"completions", "chat_completions", "models"};
+static const char *const leg_outcomes[3] = {"abandoned", "success", "failure"};
+
+static void metrics_cache(struct coord *c)
+{
+    struct coord_metrics *m = &c->m;
+    for (int a = 0; a < 3; a++)
+        for (int k = 0; k < COORD_CODES; k++) {
+            char codes[8];
+            snprintf(codes, sizeof(codes), "%d", coord_codes[k]);
+            m->req_cache[a][k] =
+                metrics_counter_labels(m->requests, "api", coord_apis[a], "code", codes);
+        }
+    for (int r = 0; r < INST_ROLE_COUNT; r++)
+        for (int o = 0; o < 3; o++)
+            m->leg_cache[r][o] = metrics_counter_labels(
+                m->legs, "role", inst_role_name((enum inst_role)r), "outcome", leg_outcomes[o]);
+}
+
+void coord_count_request(struct coord *c, const char *api, int code)
+{
+    for (int a = 0; a < 3; a++) {
+        if (strcmp(api, coord_apis[a]) != 0)
+            continue;
+        for (int k = 0; k < COORD_CODES; k++) {
+            if (coord_codes[k] == code) {
+                metrics_counter_inc(c->m.req_cache[a][k]);
+                return;
+            }
+        }
+    }
+    char codes[8];
+    snprintf(codes, sizeof(codes), "%d", code);
+    /* Rare statuses: the lookup takes the registry mutex, and the set stays small. */
+    metrics_counter_inc(metrics_counter_labels(c->m.requests, "api", api, "code", codes));
+}
+
+void coord_count_leg(struct coord *c, enum inst_role role, int outcome)
+{
+    if ((unsigned)role < INST_ROLE_COUNT)
+        metrics_counter_inc(c->m.leg_cache[role][outcome > 0 ? 1 : outcome < 0 ? 2 : 0]);
+}
+
+void coord_handle_metrics(struct httpd_req *req, void *arg)
+{
+    struct coord *c = arg;
+    struct strbuf sb;
+    strbuf_init(&sb, 8u << 20);
+    metrics_render(c->m.reg, &sb);
+    /* In-flight load per endpoint comes from the live snapshot, so endpoints that left
+     * the fleet disappear from the exposition instead of lingering as stale series. */
+    struct inst_snapshot *s = inst_pub_get(&c->pub);
+    strbuf_puts(&sb, "# HELP motor_coordinator_endpoint_inflight_requests Upstream legs in "
+                     "flight per endpoint.\n"
+                     "# TYPE motor_coordinator_endpoint_inflight_requests gauge\n");
+    for (size_t i = 0; s && i < s->n_all; i++) {
+        struct instance *in = s->all[i];
+        for (size_t j = 0; j < in->n_eps; j++) {
+            struct inst_endpoint *ep = &in->eps[j];
+            if (!ep->load)
+                continue;
+            strbuf_appendf(&sb,
+                           "motor_coordinator_endpoint_inflight_requests{instance_id=\"%lld\","
+                           "role=\"%s\",endpoint=\"%s\"} %d\n",
+                           (long long)in->id, inst_role_name(in->role), ep->hostport,
+                           atomic_load(&ep->load->requests));
+        }
+    }
+    strbuf_puts(&sb, "# HELP motor_coordinator_endpoint_inflight_tokens Estimated tokens in "
+                     "flight per endpoint.\n"
+                     "# TYPE motor_coordinator_endpoint_inflight_tokens gauge\n");
+    for (size_t i = 0; s && i < s->n_all; i++) {
+        struct instance *in = s->all[i];
+        for (size_t j = 0; j < in->n_eps; j++) {
+            struct inst_endpoint *ep = &in->eps[j];
+            if (!ep->load)
+                continue;
+            strbuf_appendf(&sb,
+                           "motor_coordinator_endpoint_inflight_tokens{instance_id=\"%lld\","
+                           "role=\"%s\",endpoint=\"%s\"} %lld\n",
+                           (long long)in->id, inst_role_name(in->role), ep->hostport,
+                           (long long)atomic_load(&ep->load->tokens));
+        }
+    }
+    inst_snapshot_unref(s);
+    if (sb.overflow) {
+        strbuf_release(&sb);
+        httpd_respond_error(req, 500, "metrics exposition too large");
+        return;
+    }
+    httpd_respond(req, 200, METRICS_CONTENT_TYPE, strbuf_str(&sb), sb.len);
+    strbuf_release(&sb);
+}
+
+bool coord_ready(struct inst_snapshot *s)
+{
+    if (!s)
+        return false;
+    return (s->n_routable[INST_ROLE_PREFILL] && s->n_routable[INST_ROLE_DECODE]) ||
+           s->n_routable[INST_ROLE_UNION] || s->n_routable[INST_ROLE_PREFILL];
+}
+
+/* ---- arguments ---------------------------------------------------------------------- */
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: motor coordinator [options]\n\n"
+            "The OpenAI-compatible gateway: routes requests across prefill, decode and union\n"
+            "instances (PD hand-off, load balancing, circuit breaking, retries, SSE).\n\n"
+            "  --config PATH      user_config.json (default: $USER_CONFIG_PATH, $CONFIG_PATH)\n"
+            "  --host ADDR        bind address (motor_coordinator_config.api_config."
+            "coordinator_api_host)\n"
+            "  --port N           inference port (default 1025; 0 = ephemeral)\n"
+            "  --mgmt-port N      management port (default 1026; 0 = ephemeral)\n"
+            "  --workers N        inference worker threads (default: CPU count)\n"
+            "  --log-level LEVEL  debug, info, warn, error (default info)\n"
+            "  -h, --help         this text\n\n"
+            "The bound ports are logged as {\"event\":\"coordinator_listening\",...}.\n");
+}
+
+struct cli_args {
+    const char *config;
+    const char *host;
+    int port, mgmt_port, workers;
+    const char *log_level;
+};
+
+static int parse_args(int argc, char **argv, struct cli_args *a)
+{
+    static const struct option opts[] = {
+        {"config", required_argument, NULL, 'c'},  {"host", required_argument, NULL, 'H'},
+        {"port", required_argument, NULL, 'p'},    {"mgmt-port", required_argument, NULL, 'm'},
+        {"workers", required_argument, NULL, 'w'}, {"log-level", required_argument, NULL, 'l'},
+        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
+    };
+    a->port = a->mgmt_port = a->workers = -1;
+    optind = 1;
+    opterr = 1;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (ch) {
+        case 'c':
+            a->config = optarg;
+            break;
+        case 'H':
+            a->host = optarg;
+            break;
+        case 'p':
+            if (parse_int(optarg, 0, 65535, &a->port) < 0) {
+                fprintf(stderr, "motor coordinator: --port must be 0-65535\n");
+                return 2;
+            }
+            break;
+        case 'm':
+            if (parse_int(optarg, 0, 65535, &a->mgmt_port) < 0) {
+                fprintf(stderr, "motor coordinator: --mgmt-port must be 0-65535\n");
+                return 2;
+            }
+            break;
+        case 'w':
+            if (parse_int(optarg, 1, 256, &a->workers) < 0) {
+                fprintf(stderr, "motor coordinator: --workers must be 1-256\n");
+                return 2;
+            }
+            break;
+        case 'l':
+            a->log_level = optarg;
+            break;
+        case 'h':
+            usage(stdout);
+            return 1;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "motor coordinator: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    return 0;
+}
+
+static int load_config(struct coord *c, const struct cli_args *a)
+{
+    ccfg_init(&c->cfg);
+    const char *path = a->config;
+    if (!path || !*path)
+        path = getenv("USER_CONFIG_PATH");
+    if (!path || !*path)
+        path = getenv("CONFIG_PATH");
+    struct cfg_errors e;
+    cfg_errors_init(&e, "motor_coordinator_config");
+    if (path && *path) {
+        json_t *root = cfg_load_file(path, &e);
+        if (root) {
+            ccfg_apply(&c->cfg, root, &e);
+            json_decref(root);
+        }
+    }
+    int rc = 0;
+    if (cfg_errors_count(&e)) {
+        log_error("config_invalid", LF_STR("path", path), LF_STR("errors", cfg_errors_text(&e)));
+        fprintf(stderr, "motor coordinator: invalid configuration %s:\n%s", path ? path : "",
+                cfg_errors_text(&e));
+        rc = -EINVAL;
+    }
+    cfg_errors_release(&e);
+    if (rc)
+        return rc;
+    if (a->host) {
+        free(c->cfg.host);
+        c->cfg.host = xstrdup(a->host);
+    }
+    if (a->port >= 0)
+        c->cfg.infer_port = a->port;
+    if (a->mgmt_port >= 0)
+        c->cfg.mgmt_port = a->mgmt_port;
+    if (a->workers > 0)
+        c->cfg.workers = a->workers;
+    if (c->cfg.workers <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        c->cfg.workers = n > 0 ? (int)MOTOR_MIN(n, 64) : 1;
+    }
+    c->policy = c->cfg.scheduler == CCFG_SCHED_ROUND_ROBIN ? BAL_ROUND_ROBIN : BAL_LEAST_TOKENS;
+    if (strcmp(c->cfg.scheduler_type, "kv_cache_affinity") == 0 ||
+        strcmp(c->cfg.scheduler_type, "compute_length") == 0)
+        log_warn("scheduler_degraded", LF_STR("scheduler_type", c->cfg.scheduler_type),
+                 LF_STR("using", "load_balance"),
+                 LF_STR("why", "needs the KV Conductor / a tokenizer, not available"));
+    log_info("config_loaded", LF_STR("path", path), LF_STR("host", c->cfg.host),
+             LF_INT("infer_port", c->cfg.infer_port), LF_INT("mgmt_port", c->cfg.mgmt_port),
+             LF_INT("workers", c->cfg.workers),
+             LF_STR("scheduler", c->policy == BAL_ROUND_ROBIN ? "round_robin" : "load_balance"),
+             LF_INT("max_retry", c->cfg.max_retry),
+             LF_INT("first_token_timeout_ms", c->cfg.first_token_timeout_ms),
+             LF_INT("infer_timeout_ms", c->cfg.infer_timeout_ms),
+             LF_BOOL("api_key", c->cfg.api_key_enable),
+             LF_BOOL("mgmt_api_key", c->cfg.mgmt_key_enable));
+    return 0;
+}
+
+/* ---- workers ------------------------------------------------------------------------ */
+
+static const char *const quiet_paths[] = {"/health",  "/liveness", "/readiness",
+                                          "/startup", "/metrics",  NULL};
+
+static int worker_create(struct coord *c, struct coord_worker *w, int idx, uint16_t port)
+{
+    w->c = c;
+    w->idx = idx;
+    w->r = reactor_new();
+    if (!w->r)
+        return -errno;
+    struct httpd_config hc = {
+        .name = "coordinator-infer",
+        .host = c->cfg.host,
+        .port = port,
+        .max_body = c->cfg.max_body,
+        .reuse_port = true,
+        .max_connections = 4096,
+        .quiet_paths = quiet_paths,
+    };
+    if (c->cfg.infer_tls.enable) {
+        hc.tls_cert_file = c->cfg.infer_tls.cert_file;
+        hc.tls_key_file = c->cfg.infer_tls.key_file;
+        hc.tls_ca_file = c->cfg.infer_tls.ca_file;
+        hc.tls_key_password = c->cfg.infer_tls.key_password;
+    }
+    w->httpd = httpd_new(w->r, &hc);
+    if (!w->httpd)
+        return errno ? -errno : -EIO;
+    w->httpc = httpc_new(w->r);
+    if (!w->httpc)
+        return -ENOMEM;
+    proxy_register_routes(w);
+    return 0;
+}
+
+static void worker_destroy(struct coord_worker *w)
+{
+    httpd_free(w->httpd);
+    w->httpd = NULL;
+    httpc_free(w->httpc);
+    w->httpc = NULL;
+    inst_snapshot_unref(w->snap);
+    w->snap = NULL;
+    reactor_free(w->r);
+    w->r = NULL;
+}
+
+static void *worker_thread(void *arg)
+{
+    struct coord_worker *w = arg;
+    int rc = reactor_run(w->r);
+    if (rc < 0)
+        log_error("worker_reactor_failed", LF_INT("worker", w->idx),
+                  LF_STR("error", strerror(-rc)));
+    /* Tear down on the owning thread: httpd/httpc belong to this reactor. */
+    httpd_free(w->httpd);
+    w->httpd = NULL;
+    httpc_free(w->httpc);
+    w->httpc = NULL;
+    return NULL;
+}
+
+/* ---- main --------------------------------------------------------------------------- */
+
+static void on_signal(struct reactor *r, int signo, void *arg)
+{
+    struct coord *c = arg;
+    if (signo == SIGHUP) {
+        log_info("signal_ignored", LF_INT("signal", signo));
+        return;
+    }
+    log_info("coordinator_stopping", LF_INT("signal", signo));
+    atomic_store(&c->stopping, true);
+    reactor_stop(r);
+}
+
+int coordinator_main(int argc, char **argv)
+{
+    struct cli_args a = {0};
+    int prc = parse_args(argc, argv, &a);
+    if (prc)
+        return prc == 1 ? 0 : 2;
+    log_set_component("coordinator");
+    if (a.log_level) {
+        enum log_level lv;
+        if (log_parse_level(a.log_level, &lv) < 0) {
+            fprintf(stderr, "motor coordinator: invalid --log-level '%s'\n", a.log_level);
+            return 2;
+        }
+        log_set_level(lv);
+    }
+    signal(SIGPIPE, SIG_IGN);
+
+    struct coord *c = xcalloc(1, sizeof(*c));
+    int exit_code = 1;
+    if (load_config(c, &a) < 0) {
+        ccfg_release(&c->cfg);
+        free(c);
+        return 1;
+    }
+    c->start_wall_ms = wall_ms();
+    inst_pub_init(&c->pub);
+    struct brk_params bp = {c->cfg.breaker_threshold, c->cfg.breaker_open_ms,
+                            c->cfg.breaker_max_open_ms};
+    inst_table_init(&c->table, &bp);
+    metrics_setup(c);
+
+    c->r = reactor_new();
+    if (!c->r) {
+        log_error("reactor_failed", LF_STR("error", strerror(errno)));
+        goto out;
+    }
+    /* Signals are blocked here, before any thread exists, so workers inherit the mask
+     * and only the management reactor receives them. */
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    if (reactor_watch_signals(c->r, sigs, ARRAY_LEN(sigs), on_signal, c) < 0) {
+        log_error("signals_failed", LF_STR("error", strerror(errno)));
+        goto out;
+    }
+    mgmt_publish(c); /* an empty snapshot before anyone routes */
+
+    c->n_workers = c->cfg.workers;
+    c->workers = xcalloc((size_t)c->n_workers, sizeof(*c->workers));
+    uint16_t port = (uint16_t)c->cfg.infer_port;
+    for (int i = 0; i < c->n_workers; i++) {
+        int rc = worker_create(c, &c->workers[i], i, port);
+        if (rc < 0) {
+            log_error("listen_failed", LF_STR("server", "inference"), LF_STR("host", c->cfg.host),
+                      LF_INT("port", port), LF_STR("error", strerror(-rc)));
+            goto out;
+        }
+        /* Port 0: the first worker picks the ephemeral port, the others share it. */
+        port = httpd_port(c->workers[i].httpd);
+    }
+    c->infer_port = port;
+    if (mgmt_start(c) < 0)
+        goto out;
+
+    for (int i = 0; i < c->n_workers; i++) {
+        struct coord_worker *w = &c->workers[i];
+        if (pthread_create(&w->thread, NULL, worker_thread, w) != 0) {
+            log_error("thread_failed", LF_INT("worker", i));
+            goto out;
+        }
+        w->started = true;
+    }
+    log_info("coordinator_listening", LF_STR("host", c->cfg.host),
+             LF_INT("infer_port", c->infer_port), LF_INT("mgmt_port", c->mgmt_port),
+             LF_INT("workers", c->n_workers), LF_INT("pid", getpid()));
+
+    int rc = reactor_run(c->r);
+    exit_code = rc < 0 ? 1 : 0;
+out:
+    atomic_store(&c->stopping, true);
+    /* Workers first: each stops taking new requests, lets its streams finish within the
+     * grace period (timeout_config.graceful_shutdown_timeout), cuts the rest and stops
+     * its reactor; the management side goes last. */
+    for (int i = 0; c->workers && i < c->n_workers; i++) {
+        struct coord_worker *w = &c->workers[i];
+        if (w->started)
+            reactor_post(w->r, proxy_worker_drain, w);
+    }
+    for (int i = 0; c->workers && i < c->n_workers; i++) {
+        struct coord_worker *w = &c->workers[i];
+        if (w->started)
+            pthread_join(w->thread, NULL);
+        worker_destroy(w);
+    }
+    free(c->workers);
+    mgmt_stop(c);
+    inst_table_release(&c->table);
+    inst_pub_release(&c->pub);
+    reactor_free(c->r);
+    metrics_registry_free(c->m.reg);
+    ccfg_release(&c->cfg);
+    free(c);
+    log_info("coordinator_stopped", LF_INT("exit_code", exit_code));
+    return exit_code;
+}

@@ -1,0 +1,193 @@
+/* instances — the coordinator's view of the fleet: instance/endpoint model (spec §5.9),
+ * parsing of POST /instances/refresh bodies in both shapes (§9.2), the mutable table the
+ * management thread owns, and the immutable snapshots the inference workers route on.
+ *
+ * Ownership and threads
+ *   * struct instance is immutable once it is in a table; it is reference counted
+ *     (inst_ref/inst_unref, any thread).
+ *   * State that must survive a refresh — the circuit breaker of an instance and the
+ *     in-flight load of each endpoint — lives in small shared objects that a new
+ *     instance object with the same identity inherits. Load counters are C11 atomics;
+ *     the breaker has its own mutex (its transitions are per attempt, not per byte).
+ *   * struct inst_table: management thread only.
+ *   * struct inst_snapshot: built by the management thread, immutable, reference
+ *     counted; published through struct inst_pub and read by any thread. */
+#ifndef MOTOR_INSTANCES_H
+#define MOTOR_INSTANCES_H
+
+#include "coordinator/breaker.h"
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum inst_role {
+    INST_ROLE_PREFILL = 0,
+    INST_ROLE_DECODE,
+    INST_ROLE_UNION,
+    INST_ROLE_ENCODE,
+    INST_ROLE_COUNT
+};
+enum inst_status {
+    INST_ST_INITIAL = 0,
+    INST_ST_INACTIVE,
+    INST_ST_ACTIVE,
+    INST_ST_PAUSED,
+    INST_ST_DELETED
+};
+enum ep_status { EP_ST_INITIAL = 0, EP_ST_NORMAL, EP_ST_ABNORMAL, EP_ST_PAUSED, EP_ST_WAIT2START };
+enum inst_dispatch { INST_DISPATCH_DEFAULT = 0, INST_DISPATCH_HANDOFF, INST_DISPATCH_TRIGGER };
+enum inst_engine { INST_ENGINE_VLLM = 0, INST_ENGINE_SGLANG, INST_ENGINE_OTHER };
+enum inst_event { INST_EV_ADD = 0, INST_EV_DEL, INST_EV_SET };
+
+#define INST_MAX_PER_REFRESH 4096
+#define INST_MAX_ENDPOINTS 1024
+#define INST_MAX_NAME 256
+
+/* In-flight work on one endpoint, shared by every snapshot that lists it. */
+struct inst_load {
+    atomic_int refs;
+    atomic_llong tokens;  /* estimated tokens of the legs in flight */
+    atomic_int requests;  /* legs in flight */
+    atomic_ullong served; /* legs started, ever */
+};
+
+/* Per-instance state that survives refreshes. */
+struct inst_shared {
+    atomic_int refs;
+    pthread_mutex_t mu;
+    struct brk brk;
+};
+
+struct inst_endpoint {
+    int64_t id;
+    char *ip;
+    int port;           /* business_port */
+    int bootstrap_port; /* 0 = none */
+    enum ep_status status;
+    bool headless;
+    char *hostport;         /* "ip:port" or "[v6]:port", for URLs */
+    struct inst_load *load; /* set once the instance is in a table */
+};
+
+struct instance {
+    atomic_int refs;
+    int64_t id;
+    enum inst_role role;
+    enum inst_status status;
+    enum inst_dispatch dispatch;
+    enum inst_engine engine;
+    char *job_name;    /* "" when not given */
+    char *model_name;  /* "" when not given (then discovered) */
+    char *engine_type; /* as given, "vllm" by default */
+    struct inst_endpoint *eps;
+    size_t n_eps;
+    struct inst_shared *shared; /* set once the instance is in a table */
+};
+
+struct inst_refresh {
+    enum inst_event ev;
+    struct instance **v; /* owned references */
+    size_t n;
+};
+
+/* ---- names ---------------------------------------------------------------------- */
+const char *inst_role_name(enum inst_role r);
+const char *inst_status_name(enum inst_status s);
+const char *inst_pool_name(enum inst_status s); /* available/unavailable/paused/unknown */
+const char *inst_event_name(enum inst_event e);
+/* "both" is accepted as union. 0 or -EINVAL. */
+int inst_role_parse(const char *s, enum inst_role *out);
+
+/* ---- objects (any thread) --------------------------------------------------------- */
+struct instance *inst_ref(struct instance *in);
+void inst_unref(struct instance *in); /* NULL-safe */
+/* Same role, job name and endpoint set {(ip, port, headless)} (order-independent). */
+bool inst_same_identity(const struct instance *a, const struct instance *b);
+/* Endpoints that may receive traffic: not headless, status initial or normal. */
+bool inst_ep_routable(const struct inst_endpoint *ep);
+/* Status active and at least one routable endpoint. */
+bool inst_routable(const struct instance *in);
+
+/* Load accounting on an endpoint (any thread, lock-free). */
+void inst_load_acquire(struct inst_load *l, int64_t tokens);
+void inst_load_release(struct inst_load *l, int64_t tokens);
+
+/* Breaker access (any thread; serialized by the instance's mutex). */
+bool inst_breaker_peek(struct instance *in, int64_t now_ms);
+bool inst_breaker_acquire(struct instance *in, int64_t now_ms, bool *trial);
+/* outcome: 1 success, -1 failure, 0 abandoned. Returns true when the breaker tripped. */
+bool inst_breaker_report(struct instance *in, int64_t now_ms, int outcome, bool trial);
+void inst_breaker_read(struct instance *in, struct brk *out);
+
+/* ---- refresh bodies ------------------------------------------------------------- */
+/* Parse a refresh body (Controller shape or External Deployer shape; may be mixed per
+ * instance). 0, or -EINVAL with a message in err (HTTP 400): bad types, unknown
+ * Endpoint fields, duplicate instance ids, bad addresses. out is filled only on 0;
+ * release it with inst_refresh_release. */
+int inst_refresh_parse(json_t *body, struct inst_refresh *out, char *err, size_t cap);
+void inst_refresh_release(struct inst_refresh *r);
+/* True when an add/set instance has no model name (discovery needed). */
+bool inst_refresh_needs_model(const struct inst_refresh *r);
+
+/* ---- the table (management thread) ---------------------------------------------- */
+struct inst_table {
+    struct instance **v; /* owned, sorted by (role name, id) */
+    size_t n;
+    struct brk_params brk;
+    uint64_t version; /* bumped by every successful apply */
+};
+
+void inst_table_init(struct inst_table *t, const struct brk_params *brk);
+void inst_table_release(struct inst_table *t);
+/* Apply a refresh atomically (all or nothing). 0, -EINVAL (400: e.g. role "encode" in a
+ * routing table is fine, but nothing else is invalid at this point), or -EEXIST (409:
+ * add with the same id but another identity; del whose role/job/endpoints do not match
+ * the registered instance). Instances with an unchanged identity keep their breaker
+ * and load counters. */
+int inst_table_apply(struct inst_table *t, const struct inst_refresh *r, char *err, size_t cap);
+struct instance *inst_table_find(const struct inst_table *t, int64_t id);
+/* {"count":N,"instances":[...]} as GET /instances answers. New reference. */
+json_t *inst_table_to_json(const struct inst_table *t, int64_t now_ms);
+/* One instance as GET /instances shows it. New reference. */
+json_t *inst_to_json(struct instance *in, int64_t now_ms);
+
+/* ---- snapshots ------------------------------------------------------------------- */
+struct inst_snapshot {
+    atomic_int refs;
+    uint64_t version;
+    struct instance **all; /* every instance of the table (refs) */
+    size_t n_all;
+    struct instance **routable[INST_ROLE_COUNT]; /* borrowed from all[] */
+    size_t n_routable[INST_ROLE_COUNT];
+    char **models; /* distinct model names of routable instances */
+    size_t n_models;
+};
+
+/* Build an immutable snapshot of the table (refs = 1). Management thread. */
+struct inst_snapshot *inst_snapshot_build(const struct inst_table *t);
+struct inst_snapshot *inst_snapshot_ref(struct inst_snapshot *s);
+void inst_snapshot_unref(struct inst_snapshot *s); /* any thread, NULL-safe */
+
+/* The published snapshot. Readers on the hot path compare inst_pub_version() with the
+ * version they hold (one atomic load) and only on a change take the mutex in
+ * inst_pub_get(): the pointer load and the reference increment must be one step, or a
+ * reader could increment a snapshot the writer is freeing. */
+struct inst_pub {
+    pthread_mutex_t mu;
+    struct inst_snapshot *cur;
+    _Atomic uint64_t version;
+};
+
+void inst_pub_init(struct inst_pub *p);
+void inst_pub_release(struct inst_pub *p);
+/* Publish (takes the caller's reference). Any thread, normally management. */
+void inst_pub_set(struct inst_pub *p, struct inst_snapshot *take);
+/* A new reference to the current snapshot (never NULL after the first set). */
+struct inst_snapshot *inst_pub_get(struct inst_pub *p);
+uint64_t inst_pub_version(struct inst_pub *p);
+
+#endif

@@ -1,0 +1,1075 @@
+/* The inference API on a worker reactor: OpenAI routes, routing (§9.4) and the
+ * proxied-request state machine.
+ *
+ * One client request (struct preq) runs one or more attempts. An attempt picks a route
+ * from the worker's current snapshot and starts its legs:
+ *   single     one leg (union instance, or a prefill/decode one as hybrid fallback)
+ *   vllm PD    prefill leg (non-streaming, max_tokens=1) -> ticket -> decode leg
+ *   sglang PD  prefill and decode legs concurrently, both with the bootstrap fields
+ * The "main" leg (decode or single) is what the client sees. Until its first byte goes
+ * out the request is not committed: any failure (transport error, 5xx, bad ticket) is
+ * charged to the instance's breaker and the request is retried on another pair after a
+ * backoff. Once committed, a failure can only end the stream.
+ *
+ * Every path ends in preq_finish() (cancel legs, release load and breaker claims, stop
+ * timers) before the answer is queued; the preq itself is freed in httpd's on_close,
+ * which also covers a client that went away (its legs are then cancelled). */
+#include "coordinator/coord_internal.h"
+
+#include "common/log.h"
+#include "common/strbuf.h"
+#include "common/util.h"
+#include "coordinator/pdreq.h"
+#include "coordinator/sse.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define PROXY_ERR_BODY_MAX (64u << 10) /* upstream error bodies passed through */
+#define PROXY_RESP_MAX (64u << 20)     /* non-streamed upstream answers */
+#define PROXY_SSE_LINE_MAX (4u << 20)
+#define PROXY_SSE_EVENT_MAX (8u << 20)
+#define PROXY_MAX_AVOID 32
+#define PROXY_BACKOFF_MAX_MS 5000
+#define PROXY_DRAIN_POLL_MS 50
+
+enum api { API_COMPLETIONS = 0, API_CHAT };
+static const char *const api_names[] = {"completions", "chat_completions"};
+static const char *const api_paths[] = {"/v1/completions", "/v1/chat/completions"};
+
+enum mode { MODE_SINGLE = 0, MODE_VLLM_PD, MODE_SGLANG_PD };
+static const char *const mode_names[] = {"single", "vllm_pd", "sglang_pd"};
+
+enum { LEG_PREFILL = 0, LEG_MAIN = 1 };
+
+struct preq;
+
+struct leg {
+    struct preq *pr;
+    int which;
+    struct httpc_req *h;
+    struct instance *inst; /* borrowed from pr->snap */
+    struct inst_endpoint *ep;
+    int64_t tokens;
+    bool load_held;
+    bool brk_held; /* a breaker admission awaiting its verdict */
+    bool trial;
+    bool first_byte;
+    bool truncated; /* we stopped reading an over-long error body on purpose */
+    bool too_large; /* a success body over the cap */
+    long status;
+    char *ctype;
+    struct strbuf body;
+};
+
+struct preq {
+    struct coord_worker *w;
+    struct coord *c;
+    struct httpd_req *hreq; /* NULL once closed */
+    struct preq *prev, *next;
+    enum api api;
+    json_t *body;
+    const char *model; /* borrowed from body, NULL if absent */
+    bool stream;
+    char rid[64];
+    struct inst_snapshot *snap;
+    enum mode mode;
+    struct leg legs[2];
+    int attempts;
+    int retries;
+    struct {
+        int64_t inst, ep;
+    } avoid[PROXY_MAX_AVOID];
+    int n_avoid;
+    struct reactor_timer t_backoff;
+    int64_t first_deadline_ms; /* first_token_timeout, checked by the worker's sweep */
+    bool committed;
+    bool finished;
+    struct sse_parser sse;
+    bool sse_on;
+    int64_t start_us;
+    int64_t deadline_ms;
+    /* the last failure, answered when no retry is left */
+    enum coord_cause fail_cause;
+    int fail_status;
+    char *fail_body;
+    size_t fail_len;
+    char *fail_ctype;
+    char fail_msg[256];
+};
+
+static void attempt(struct preq *pr);
+static void preq_finish(struct preq *pr);
+
+/* ---- small helpers ------------------------------------------------------------------- */
+
+struct inst_snapshot *proxy_snapshot(struct coord_worker *w)
+{
+    uint64_t v = inst_pub_version(&w->c->pub);
+    if (!w->snap || v != w->snap_version) {
+        struct inst_snapshot *s = inst_pub_get(&w->c->pub);
+        inst_snapshot_unref(w->snap);
+        w->snap = s;
+        w->snap_version = v;
+    }
+    return w->snap;
+}
+
+static void respond_openai_error(struct httpd_req *req, int status, const char *type,
+                                 const char *msg)
+{
+    json_t *j = json_pack("{s:{s:s, s:s, s:n, s:i}}", "error", "message", msg, "type", type,
+                          "param", "code", status);
+    httpd_respond_json(req, status, j);
+}
+
+/* Authorization: Bearer <key> against every configured key (no early exit, so the
+ * time does not tell which key came close). */
+static bool authorized(struct coord *c, struct httpd_req *req)
+{
+    if (!c->cfg.api_key_enable)
+        return true;
+    const char *h = httpd_req_header(req, "Authorization");
+    if (!h || strncasecmp(h, "Bearer ", 7) != 0)
+        return false;
+    const char *key = h + 7;
+    while (*key == ' ')
+        key++;
+    bool ok = false;
+    for (size_t i = 0; i < c->cfg.n_api_keys; i++)
+        ok |= secret_equal(key, c->cfg.api_keys[i]);
+    return ok;
+}
+
+static bool check_auth(struct coord *c, struct httpd_req *req, const char *api)
+{
+    if (authorized(c, req))
+        return true;
+    coord_count_error(c, CAUSE_UNAUTHORIZED);
+    coord_count_request(c, api, 401);
+    httpd_add_header(req, "WWW-Authenticate", "Bearer");
+    respond_openai_error(req, 401, "invalid_request_error",
+                         "Invalid or missing API key (Authorization: Bearer <key>)");
+    return false;
+}
+
+static int64_t now_ms(struct preq *pr)
+{
+    return reactor_now(pr->w->r);
+}
+
+/* ---- legs -------------------------------------------------------------------------- */
+
+static void leg_verdict(struct preq *pr, struct leg *leg, int outcome)
+{
+    if (!leg->brk_held || !leg->inst)
+        return;
+    leg->brk_held = false;
+    struct instance *in = leg->inst;
+    bool tripped = inst_breaker_report(in, mono_ms(), outcome, leg->trial);
+    if (tripped) {
+        struct brk b;
+        inst_breaker_read(in, &b);
+        metrics_counter_inc(pr->c->m.breaker_trips);
+        log_warn("breaker_open", LF_INT("instance_id", in->id),
+                 LF_STR("role", inst_role_name(in->role)), LF_INT("trip_count", b.trip_count),
+                 LF_INT("open_ms", b.cur_open_ms));
+    } else if (outcome > 0 && leg->trial) {
+        log_info("breaker_closed", LF_INT("instance_id", in->id),
+                 LF_STR("role", inst_role_name(in->role)));
+    }
+    coord_count_leg(pr->c, in->role, outcome);
+}
+
+/* Stop a leg: cancel its HTTP request, give back its load, and close its breaker
+ * admission without a verdict unless one was given. */
+static void leg_release(struct preq *pr, struct leg *leg)
+{
+    if (leg->h) {
+        httpc_cancel(pr->w->httpc, leg->h);
+        leg->h = NULL;
+    }
+    if (leg->load_held) {
+        inst_load_release(leg->ep->load, leg->tokens);
+        leg->load_held = false;
+    }
+    leg_verdict(pr, leg, 0);
+    free(leg->ctype);
+    leg->ctype = NULL;
+    strbuf_release(&leg->body);
+    leg->inst = NULL;
+    leg->ep = NULL;
+    leg->status = 0;
+    leg->first_byte = leg->truncated = leg->too_large = false;
+}
+
+static void avoid_add(struct preq *pr, const struct leg *leg)
+{
+    if (!leg->inst || pr->n_avoid >= PROXY_MAX_AVOID)
+        return;
+    pr->avoid[pr->n_avoid].inst = leg->inst->id;
+    pr->avoid[pr->n_avoid].ep = leg->ep->id;
+    pr->n_avoid++;
+}
+
+static bool avoided(const struct preq *pr, const struct instance *in,
+                    const struct inst_endpoint *ep)
+{
+    for (int i = 0; i < pr->n_avoid; i++)
+        if (pr->avoid[i].inst == in->id && pr->avoid[i].ep == ep->id)
+            return true;
+    return false;
+}
+
+/* ---- answering --------------------------------------------------------------------- */
+
+static void record_end(struct preq *pr, int status)
+{
+    coord_count_request(pr->c, api_names[pr->api], status);
+    metrics_histogram_observe(pr->c->m.e2e, (double)(mono_us() - pr->start_us) / 1e6);
+}
+
+static void answer_error(struct preq *pr, int status, enum coord_cause cause, const char *type,
+                         const char *msg)
+{
+    struct httpd_req *req = pr->hreq;
+    preq_finish(pr);
+    coord_count_error(pr->c, cause);
+    record_end(pr, status);
+    if (!req)
+        return;
+    httpd_add_header(req, "X-Request-Id", pr->rid);
+    respond_openai_error(req, status, type, msg);
+}
+
+static void answer_raw(struct preq *pr, int status, const char *ctype, const char *body, size_t len)
+{
+    struct httpd_req *req = pr->hreq;
+    preq_finish(pr);
+    record_end(pr, status);
+    if (!req)
+        return;
+    httpd_add_header(req, "X-Request-Id", pr->rid);
+    httpd_respond(req, status, ctype ? ctype : "application/json", body, len);
+}
+
+/* A committed stream that cannot go on: tell the client in-band, then end. */
+static void stream_fail(struct preq *pr, enum coord_cause cause, const char *msg)
+{
+    struct httpd_req *req = pr->hreq;
+    coord_count_error(pr->c, cause);
+    if (req) {
+        struct strbuf sb;
+        strbuf_init(&sb, 4096);
+        strbuf_puts(&sb, "data: {\"error\":{\"message\":");
+        strbuf_put_json_string(&sb, msg);
+        strbuf_appendf(&sb, ",\"type\":\"%s\",\"code\":%d}}\n\n",
+                       cause == CAUSE_INFER_TIMEOUT ? "timeout" : "upstream_error",
+                       cause == CAUSE_INFER_TIMEOUT ? 504 : 502);
+        httpd_stream_write(req, strbuf_str(&sb), sb.len);
+        strbuf_release(&sb);
+    }
+    preq_finish(pr);
+    record_end(pr, 200);
+    if (req)
+        httpd_stream_end(req, false);
+}
+
+/* ---- retries ----------------------------------------------------------------------- */
+
+static void on_backoff(struct reactor *r, void *arg)
+{
+    attempt(arg);
+}
+
+static void give_up(struct preq *pr)
+{
+    if (pr->fail_status >= 400) {
+        coord_count_error(pr->c, pr->fail_cause);
+        char *body = pr->fail_body;
+        pr->fail_body = NULL;
+        answer_raw(pr, pr->fail_status, pr->fail_ctype, body ? body : "", body ? pr->fail_len : 0);
+        free(body);
+        return;
+    }
+    int status = pr->fail_cause == CAUSE_FIRST_TOKEN_TIMEOUT ? 504 : 502;
+    answer_error(pr, status, pr->fail_cause, "upstream_error", pr->fail_msg);
+}
+
+/* The attempt failed before anything reached the client. */
+static void attempt_failed(struct preq *pr, struct leg *leg, enum coord_cause cause,
+                           const char *msg)
+{
+    struct coord *c = pr->c;
+    struct leg *p = &pr->legs[LEG_PREFILL];
+    if (leg) {
+        leg_verdict(pr, leg, -1);
+        avoid_add(pr, leg);
+        /* A decode leg that failed after a hand-off may be the prefill's fault (its
+         * engine died holding the KV): try another pair. */
+        if (leg->which == LEG_MAIN && pr->mode == MODE_VLLM_PD)
+            avoid_add(pr, &pr->legs[LEG_PREFILL]);
+        free(pr->fail_body);
+        free(pr->fail_ctype);
+        pr->fail_body = NULL;
+        pr->fail_ctype = NULL;
+        pr->fail_status = 0;
+        if (leg->status >= 400) {
+            pr->fail_status = (int)leg->status;
+            pr->fail_len = leg->body.len;
+            pr->fail_body = strbuf_take(&leg->body);
+            pr->fail_ctype = xstrdup(leg->ctype);
+        }
+        log_warn("upstream_failed", LF_STR("request_id", pr->rid),
+                 LF_INT("instance_id", leg->inst ? leg->inst->id : -1),
+                 LF_STR("endpoint", leg->ep ? leg->ep->hostport : ""),
+                 LF_STR("leg",
+                        leg->which == LEG_PREFILL && pr->mode != MODE_SINGLE ? "prefill" : "main"),
+                 LF_INT("status", leg->status), LF_STR("error", msg),
+                 LF_INT("attempt", pr->attempts));
+    }
+    pr->fail_cause = cause;
+    snprintf(pr->fail_msg, sizeof(pr->fail_msg), "%s", msg);
+    leg_release(pr, p);
+    leg_release(pr, &pr->legs[LEG_MAIN]);
+    if (pr->sse_on) {
+        sse_release(&pr->sse);
+        pr->sse_on = false;
+    }
+    int limit = c->cfg.max_retry;
+    if (cause == CAUSE_UPSTREAM_TRANSPORT && c->cfg.transport_max_retry >= 0)
+        limit = c->cfg.transport_max_retry;
+    if (pr->retries >= limit) {
+        give_up(pr);
+        return;
+    }
+    pr->retries++;
+    metrics_counter_inc(c->m.retries);
+    int64_t delay = c->cfg.retry_delay_ms;
+    for (int i = 1; i < pr->retries && delay < PROXY_BACKOFF_MAX_MS; i++)
+        delay *= 2;
+    if (delay > PROXY_BACKOFF_MAX_MS)
+        delay = PROXY_BACKOFF_MAX_MS;
+    reactor_timer_start(pr->w->r, &pr->t_backoff, delay, 0);
+}
+
+/* ---- main-leg output --------------------------------------------------------------- */
+
+static int on_sse_event(const char *raw, size_t raw_len, const char *data, size_t data_len,
+                        bool has_data, void *arg)
+{
+    struct preq *pr = arg;
+    if (!pr->hreq)
+        return 1;
+    int rc;
+    json_t *j = NULL;
+    if (has_data && pdreq_has_internal(data, data_len) &&
+        (j = json_loadb(data, data_len, 0, NULL)) && pdreq_strip_response(j)) {
+        char *s = json_dumps(j, JSON_COMPACT);
+        char *ev = xasprintf("data: %s\n\n", s ? s : "{}");
+        rc = httpd_stream_write(pr->hreq, ev, strlen(ev));
+        free(ev);
+        free(s);
+    } else {
+        rc = httpd_stream_write(pr->hreq, raw, raw_len);
+    }
+    json_decref(j);
+    return rc < 0 ? 1 : 0;
+}
+
+static void first_byte(struct preq *pr, struct leg *leg)
+{
+    leg->first_byte = true;
+    leg_verdict(pr, leg, 1);
+    if (pr->stream && pr->hreq) {
+        pr->committed = true;
+        metrics_histogram_observe(pr->c->m.ttft, (double)(mono_us() - pr->start_us) / 1e6);
+        httpd_add_header(pr->hreq, "X-Request-Id", pr->rid);
+        httpd_add_header(pr->hreq, "Cache-Control", "no-cache");
+        httpd_stream_begin(pr->hreq, 200, leg->ctype ? leg->ctype : "text/event-stream");
+        if (pr->mode != MODE_SINGLE) {
+            sse_init(&pr->sse, PROXY_SSE_LINE_MAX, PROXY_SSE_EVENT_MAX);
+            pr->sse_on = true;
+        }
+    }
+}
+
+static int leg_on_status(long status, const char *ctype, void *arg)
+{
+    struct leg *leg = arg;
+    leg->status = status;
+    free(leg->ctype);
+    leg->ctype = xstrdup(ctype);
+    bool ok = status >= 200 && status < 300;
+    strbuf_release(&leg->body);
+    strbuf_init(&leg->body, ok ? PROXY_RESP_MAX : PROXY_ERR_BODY_MAX);
+    return 0;
+}
+
+static int leg_on_chunk(const char *data, size_t len, void *arg)
+{
+    struct leg *leg = arg;
+    struct preq *pr = leg->pr;
+    bool ok = leg->status >= 200 && leg->status < 300;
+    if (!ok || leg->which == LEG_PREFILL || !pr->stream) {
+        if (leg->body.max == 0)
+            strbuf_init(&leg->body, ok ? PROXY_RESP_MAX : PROXY_ERR_BODY_MAX);
+        /* An error answer is not a first token: the request may still be retried. */
+        if (ok && leg->which == LEG_MAIN && !leg->first_byte)
+            first_byte(pr, leg);
+        if (strbuf_append(&leg->body, data, len) < 0) {
+            size_t room = leg->body.max - leg->body.len;
+            strbuf_append(&leg->body, data, room);
+            if (ok)
+                leg->too_large = true;
+            else
+                leg->truncated = true;
+            return 1;
+        }
+        return 0;
+    }
+    /* The streamed main leg. */
+    if (!leg->first_byte)
+        first_byte(pr, leg);
+    if (!pr->hreq)
+        return 1;
+    int rc;
+    if (pr->sse_on) {
+        rc = sse_feed(&pr->sse, data, len, on_sse_event, pr);
+        if (rc == -E2BIG) {
+            log_warn("upstream_sse_oversized", LF_STR("request_id", pr->rid));
+            stream_fail(pr, CAUSE_UPSTREAM_PROTOCOL, "upstream SSE event too large");
+            return 1;
+        }
+    } else {
+        rc = httpd_stream_write(pr->hreq, data, len);
+    }
+    /* A gone client: on_close follows and cancels everything. */
+    return rc != 0 ? 1 : 0;
+}
+
+static void main_done(struct preq *pr, struct leg *leg, const struct httpc_response *resp)
+{
+    bool cut = leg->truncated || leg->too_large;
+    if (resp->error && !cut) {
+        if (pr->committed) {
+            leg_verdict(pr, leg, -1);
+            log_warn("upstream_stream_broken", LF_STR("request_id", pr->rid),
+                     LF_INT("instance_id", leg->inst->id), LF_STR("error", resp->error_text));
+            stream_fail(pr, CAUSE_UPSTREAM_TRANSPORT, "upstream connection lost mid-stream");
+            return;
+        }
+        attempt_failed(pr, leg, CAUSE_UPSTREAM_TRANSPORT, resp->error_text);
+        return;
+    }
+    if (leg->too_large) {
+        answer_error(pr, 502, CAUSE_UPSTREAM_PROTOCOL, "upstream_error",
+                     "upstream response exceeds the coordinator's limit");
+        return;
+    }
+    if (leg->status >= 500 || leg->status < 200) {
+        char msg[96];
+        snprintf(msg, sizeof(msg), "upstream answered HTTP %ld", leg->status);
+        attempt_failed(pr, leg, CAUSE_UPSTREAM_STATUS, msg);
+        return;
+    }
+    if (leg->status >= 300) {
+        /* The engine judged the request itself (4xx): the instance is fine and another
+         * one would say the same. Pass the answer through. */
+        leg_verdict(pr, leg, 1);
+        coord_count_error(pr->c, CAUSE_UPSTREAM_STATUS);
+        size_t len = leg->body.len;
+        char *body = strbuf_take(&leg->body);
+        char *ct = xstrdup(leg->ctype);
+        answer_raw(pr, (int)leg->status, ct, body, len);
+        free(ct);
+        free(body);
+        return;
+    }
+    if (!leg->first_byte)
+        first_byte(pr, leg);
+    if (pr->stream) {
+        struct httpd_req *req = pr->hreq;
+        if (pr->sse_on && req) {
+            size_t n;
+            const char *rest = sse_pending(&pr->sse, &n);
+            if (n)
+                httpd_stream_write(req, rest, n);
+        }
+        preq_finish(pr);
+        record_end(pr, 200);
+        if (req)
+            httpd_stream_end(req, false);
+        return;
+    }
+    metrics_histogram_observe(pr->c->m.ttft, (double)(mono_us() - pr->start_us) / 1e6);
+    if (pr->mode != MODE_SINGLE && pdreq_has_internal(strbuf_str(&leg->body), leg->body.len)) {
+        json_t *j = json_loadb(strbuf_str(&leg->body), leg->body.len, 0, NULL);
+        if (j && pdreq_strip_response(j)) {
+            char *s = json_dumps(j, JSON_COMPACT);
+            json_decref(j);
+            answer_raw(pr, 200, "application/json", s, strlen(s));
+            free(s);
+            return;
+        }
+        json_decref(j);
+    }
+    size_t len = leg->body.len;
+    char *body = strbuf_take(&leg->body);
+    char *ct = xstrdup(leg->ctype);
+    answer_raw(pr, 200, ct, body, len);
+    free(ct);
+    free(body);
+}
+
+static void leg_start(struct preq *pr, struct leg *leg, const char *body, size_t len, bool stream);
+
+static void prefill_done(struct preq *pr, struct leg *leg, const struct httpc_response *resp)
+{
+    if (pr->mode == MODE_SGLANG_PD && pr->legs[LEG_MAIN].first_byte) {
+        /* The decode side already answers: the prefill's outcome only feeds its
+         * breaker, the client's request goes on (or fails) with the decode leg. */
+        bool ok = !resp->error && leg->status >= 200 && leg->status < 500;
+        leg_verdict(pr, leg, ok ? 1 : -1);
+        leg_release(pr, leg);
+        return;
+    }
+    if (resp->error && !leg->truncated) {
+        attempt_failed(pr, leg, CAUSE_UPSTREAM_TRANSPORT, resp->error_text);
+        return;
+    }
+    if (leg->status >= 500 || leg->status < 200 || leg->too_large) {
+        char msg[96];
+        snprintf(msg, sizeof(msg), "prefill answered HTTP %ld", leg->status);
+        attempt_failed(pr, leg, CAUSE_UPSTREAM_STATUS, msg);
+        return;
+    }
+    if (leg->status >= 300) {
+        leg_verdict(pr, leg, 1);
+        coord_count_error(pr->c, CAUSE_UPSTREAM_STATUS);
+        size_t blen = leg->body.len;
+        char *body = strbuf_take(&leg->body);
+        char *ct = xstrdup(leg->ctype);
+        answer_raw(pr, (int)leg->status, ct, body, blen);
+        free(ct);
+        free(body);
+        return;
+    }
+    if (pr->mode == MODE_SGLANG_PD) {
+        /* The decode leg carries the answer; the prefill only had to succeed. */
+        leg_verdict(pr, leg, 1);
+        leg_release(pr, leg);
+        return;
+    }
+    json_t *j = json_loadb(strbuf_str(&leg->body), leg->body.len, 0, NULL);
+    json_t *ticket = NULL;
+    char err[160];
+    int rc = pdreq_vllm_ticket(j, &ticket, err, sizeof(err));
+    json_decref(j);
+    if (rc < 0) {
+        attempt_failed(pr, leg, CAUSE_UPSTREAM_PROTOCOL, err);
+        return;
+    }
+    leg_verdict(pr, leg, 1);
+    /* Keep the prefill's identity for the avoid list, drop its request and load. */
+    if (leg->load_held) {
+        inst_load_release(leg->ep->load, leg->tokens);
+        leg->load_held = false;
+    }
+    strbuf_release(&leg->body);
+    json_t *d = pdreq_vllm_decode(pr->body, pr->rid, ticket);
+    json_decref(ticket);
+    char *s = json_dumps(d, JSON_COMPACT);
+    json_decref(d);
+    leg_start(pr, &pr->legs[LEG_MAIN], s, strlen(s), pr->stream);
+    free(s);
+}
+
+static void leg_on_done(const struct httpc_response *resp, void *arg)
+{
+    struct leg *leg = arg;
+    struct preq *pr = leg->pr;
+    leg->h = NULL;
+    if (leg->which == LEG_PREFILL)
+        prefill_done(pr, leg, resp);
+    else
+        main_done(pr, leg, resp);
+}
+
+static void leg_start(struct preq *pr, struct leg *leg, const char *body, size_t len, bool stream)
+{
+    struct coord *c = pr->c;
+    leg->pr = pr;
+    leg->tokens =
+        pdreq_estimate_tokens(pr->body, leg->which == LEG_PREFILL && pr->mode != MODE_SINGLE);
+    inst_load_acquire(leg->ep->load, leg->tokens);
+    leg->load_held = true;
+    char *url = xasprintf("http://%s%s", leg->ep->hostport, api_paths[pr->api]);
+    char *rid_hdr = xasprintf("X-Request-Id: %s", pr->rid);
+    const char *hdrs[] = {rid_hdr,
+                          stream ? "Accept: text/event-stream" : "Accept: application/json", NULL};
+    int64_t left = pr->deadline_ms - now_ms(pr);
+    struct httpc_opts o = {
+        .method = "POST",
+        .url = url,
+        .body = body,
+        .body_len = len,
+        .content_type = "application/json",
+        .headers = hdrs,
+        .timeout_ms = (left > 0 ? left : 1) + 1000,
+        .connect_timeout_ms = c->cfg.connect_timeout_ms,
+        .max_response = PROXY_RESP_MAX,
+        .on_status = leg_on_status,
+        .on_chunk = leg_on_chunk,
+    };
+    log_debug("upstream_leg", LF_STR("request_id", pr->rid), LF_STR("url", url),
+              LF_INT("instance_id", leg->inst->id), LF_BOOL("stream", stream));
+    leg->h = httpc_request(pr->w->httpc, &o, leg_on_done, leg);
+    free(url);
+    free(rid_hdr);
+}
+
+/* ---- routing ----------------------------------------------------------------------- */
+
+struct pick_ctx {
+    struct preq *pr;
+    const char *model;        /* "" or NULL: any */
+    const struct instance *p; /* for the decode pick: the prefill it must match */
+    bool strict;              /* honour the avoid list */
+    int64_t now;
+};
+
+static bool model_ok(const struct instance *in, const char *model)
+{
+    return !model || !*model || !in->model_name[0] || strcmp(in->model_name, model) == 0;
+}
+
+static bool pick_filter(struct instance *in, const struct inst_endpoint *ep, void *arg)
+{
+    struct pick_ctx *x = arg;
+    if (!model_ok(in, x->model))
+        return false;
+    if (in->dispatch == INST_DISPATCH_TRIGGER)
+        return false; /* the layerwise trigger flow needs a metaserver we do not run */
+    if (x->p) {
+        if (in->engine != x->p->engine)
+            return false;
+        if (x->p->model_name[0] && in->model_name[0] && strcmp(in->model_name, x->p->model_name))
+            return false;
+    }
+    if (x->strict && avoided(x->pr, in, ep))
+        return false;
+    return inst_breaker_peek(in, x->now);
+}
+
+/* Pick and claim (breaker admission) one endpoint of a role. */
+static bool pick_role(struct preq *pr, enum inst_role role, const struct instance *pair,
+                      struct leg *out)
+{
+    struct inst_snapshot *s = pr->snap;
+    struct pick_ctx x = {pr, pr->model, pair, true, mono_ms()};
+    for (int tries = 0; tries < 8; tries++) {
+        struct bal_pick p;
+        int rc = bal_select(pr->c->policy, pr->c->cfg.instance_score_weight, s->routable[role],
+                            s->n_routable[role], pick_filter, &x, &pr->c->rr[role], &p);
+        if (rc < 0 && x.strict) {
+            /* Everything was tried already: the avoid list is a preference, not a ban. */
+            x.strict = false;
+            rc = bal_select(pr->c->policy, pr->c->cfg.instance_score_weight, s->routable[role],
+                            s->n_routable[role], pick_filter, &x, &pr->c->rr[role], &p);
+        }
+        if (rc < 0)
+            return false;
+        bool trial;
+        if (inst_breaker_acquire(p.inst, x.now, &trial)) {
+            out->inst = p.inst;
+            out->ep = p.ep;
+            out->trial = trial;
+            out->brk_held = true;
+            return true;
+        }
+        /* Lost the half-open trial to another request: look again. */
+    }
+    return false;
+}
+
+static void describe_fleet(struct preq *pr, char *buf, size_t cap)
+{
+    struct inst_snapshot *s = pr->snap;
+    int64_t now = mono_ms();
+    int open = 0;
+    for (int r = 0; r < INST_ROLE_COUNT; r++)
+        for (size_t i = 0; i < s->n_routable[r]; i++)
+            if (!inst_breaker_peek(s->routable[r][i], now))
+                open++;
+    snprintf(buf, cap,
+             "no instance available to serve model '%s': routable prefill %zu, decode %zu, "
+             "union %zu (of %zu registered); %d with an open circuit breaker",
+             pr->model ? pr->model : "", s->n_routable[INST_ROLE_PREFILL],
+             s->n_routable[INST_ROLE_DECODE], s->n_routable[INST_ROLE_UNION], s->n_all, open);
+}
+
+static bool plan(struct preq *pr)
+{
+    struct coord *c = pr->c;
+    struct inst_snapshot *s = pr->snap;
+    struct leg *p = &pr->legs[LEG_PREFILL], *d = &pr->legs[LEG_MAIN];
+    p->which = LEG_PREFILL;
+    d->which = LEG_MAIN;
+    bool pd_present = s->n_routable[INST_ROLE_PREFILL] || s->n_routable[INST_ROLE_DECODE];
+    if (s->n_routable[INST_ROLE_PREFILL] && s->n_routable[INST_ROLE_DECODE]) {
+        if (pick_role(pr, INST_ROLE_PREFILL, NULL, p)) {
+            if (pick_role(pr, INST_ROLE_DECODE, p->inst, d)) {
+                pr->mode = p->inst->engine == INST_ENGINE_SGLANG ? MODE_SGLANG_PD : MODE_VLLM_PD;
+                return true;
+            }
+            leg_release(pr, p);
+        }
+    }
+    if (pd_present && !c->cfg.pd_fallback_to_hybrid && !s->n_routable[INST_ROLE_UNION])
+        return false;
+    pr->mode = MODE_SINGLE;
+    if (pick_role(pr, INST_ROLE_UNION, NULL, d))
+        return true;
+    if (pd_present && !c->cfg.pd_fallback_to_hybrid)
+        return false;
+    if (pick_role(pr, INST_ROLE_PREFILL, NULL, d))
+        return true;
+    if (c->cfg.decode_colocation && pick_role(pr, INST_ROLE_DECODE, NULL, d))
+        return true;
+    return false;
+}
+
+static bool model_known(struct preq *pr)
+{
+    if (!pr->model || !*pr->model)
+        return true;
+    struct inst_snapshot *s = pr->snap;
+    if (s->n_all == 0)
+        return true; /* nothing registered: that is a 503, not a 404 */
+    for (size_t i = 0; i < s->n_all; i++)
+        if (model_ok(s->all[i], pr->model))
+            return true;
+    return false;
+}
+
+static void attempt(struct preq *pr)
+{
+    struct inst_snapshot *s = proxy_snapshot(pr->w);
+    if (pr->snap != s) {
+        inst_snapshot_unref(pr->snap);
+        pr->snap = inst_snapshot_ref(s);
+    }
+    pr->attempts++;
+    if (pr->attempts == 1 && !model_known(pr)) {
+        char msg[320];
+        snprintf(msg, sizeof(msg), "The model `%s` does not exist.", pr->model);
+        answer_error(pr, 404, CAUSE_MODEL_NOT_FOUND, "NotFoundError", msg);
+        return;
+    }
+    if (!plan(pr)) {
+        if (pr->retries > 0 && (pr->fail_status || pr->fail_msg[0])) {
+            give_up(pr);
+            return;
+        }
+        char msg[320];
+        describe_fleet(pr, msg, sizeof(msg));
+        log_warn("no_instance", LF_STR("request_id", pr->rid), LF_STR("reason", msg));
+        answer_error(pr, 503, CAUSE_NO_INSTANCE, "ServiceUnavailable", msg);
+        return;
+    }
+    struct leg *p = &pr->legs[LEG_PREFILL], *d = &pr->legs[LEG_MAIN];
+    log_debug("route", LF_STR("request_id", pr->rid), LF_STR("mode", mode_names[pr->mode]),
+              LF_INT("prefill_instance", p->inst ? p->inst->id : -1),
+              LF_INT("main_instance", d->inst->id), LF_INT("attempt", pr->attempts));
+    switch (pr->mode) {
+    case MODE_SINGLE: {
+        size_t len;
+        const char *raw = pr->hreq ? httpd_req_body(pr->hreq, &len) : NULL;
+        if (!raw) {
+            preq_finish(pr);
+            return;
+        }
+        leg_start(pr, d, raw, len, pr->stream);
+        break;
+    }
+    case MODE_VLLM_PD: {
+        json_t *b = pdreq_vllm_prefill(pr->body, pr->rid);
+        char *sb = json_dumps(b, JSON_COMPACT);
+        json_decref(b);
+        leg_start(pr, p, sb, strlen(sb), false);
+        free(sb);
+        break;
+    }
+    case MODE_SGLANG_PD: {
+        uint64_t room = pdreq_bootstrap_room(p->inst->id, d->inst->id, pr->rid, pr->attempts);
+        json_t *pb =
+            pdreq_sglang_leg(pr->body, true, p->ep->ip, p->ep->bootstrap_port, room, pr->rid);
+        json_t *db =
+            pdreq_sglang_leg(pr->body, false, p->ep->ip, p->ep->bootstrap_port, room, pr->rid);
+        char *ps = json_dumps(pb, JSON_COMPACT), *ds = json_dumps(db, JSON_COMPACT);
+        json_decref(pb);
+        json_decref(db);
+        leg_start(pr, p, ps, strlen(ps), false);
+        leg_start(pr, d, ds, strlen(ds), pr->stream);
+        free(ps);
+        free(ds);
+        break;
+    }
+    }
+}
+
+/* ---- timers ------------------------------------------------------------------------ */
+
+static void on_first_timeout(struct preq *pr)
+{
+    if (pr->finished || pr->committed)
+        return;
+    /* The engines holding this request did not produce anything in time. */
+    for (int i = 0; i < 2; i++)
+        if (pr->legs[i].h)
+            leg_verdict(pr, &pr->legs[i], -1);
+    log_warn("first_token_timeout", LF_STR("request_id", pr->rid),
+             LF_INT("timeout_ms", pr->c->cfg.first_token_timeout_ms),
+             LF_INT("instance_id", pr->legs[LEG_MAIN].inst ? pr->legs[LEG_MAIN].inst->id : -1));
+    answer_error(pr, 504, CAUSE_FIRST_TOKEN_TIMEOUT, "timeout",
+                 "no first token from the inference engine within first_token_timeout");
+}
+
+static void on_total_timeout(struct preq *pr)
+{
+    if (pr->finished)
+        return;
+    log_warn("infer_timeout", LF_STR("request_id", pr->rid),
+             LF_INT("timeout_ms", pr->c->cfg.infer_timeout_ms),
+             LF_BOOL("streaming", pr->committed));
+    if (pr->committed) {
+        stream_fail(pr, CAUSE_INFER_TIMEOUT, "request exceeded infer_timeout");
+        return;
+    }
+    for (int i = 0; i < 2; i++)
+        if (pr->legs[i].h)
+            leg_verdict(pr, &pr->legs[i], -1);
+    answer_error(pr, 504, CAUSE_INFER_TIMEOUT, "timeout", "request exceeded infer_timeout");
+}
+
+/* Deadlines are checked by one periodic timer per worker rather than two timers per
+ * request: arming and disarming timers costs a timerfd_settime each, which showed up as
+ * the largest item of a request's CPU profile. The granularity (sweep_ms, a tenth of
+ * the shortest timeout, 10..100 ms) is far below any sensible timeout. */
+static void on_sweep(struct reactor *r, void *arg)
+{
+    struct coord_worker *w = arg;
+    int64_t now = reactor_now(r);
+    struct preq *next;
+    for (struct preq *pr = w->live; pr; pr = next) {
+        next = pr->next; /* answering never frees pr (on_close does, later) */
+        if (pr->finished)
+            continue;
+        if (!pr->committed && !pr->legs[LEG_MAIN].first_byte && now >= pr->first_deadline_ms)
+            on_first_timeout(pr);
+        else if (now >= pr->deadline_ms)
+            on_total_timeout(pr);
+    }
+    if (w->n_live == 0)
+        reactor_timer_stop(r, &w->sweep);
+}
+
+/* ---- lifecycle --------------------------------------------------------------------- */
+
+static void preq_finish(struct preq *pr)
+{
+    if (pr->finished)
+        return;
+    pr->finished = true;
+    struct reactor *r = pr->w->r;
+    reactor_timer_stop(r, &pr->t_backoff);
+    leg_release(pr, &pr->legs[LEG_PREFILL]);
+    leg_release(pr, &pr->legs[LEG_MAIN]);
+    if (pr->sse_on) {
+        sse_release(&pr->sse);
+        pr->sse_on = false;
+    }
+}
+
+static void worker_maybe_stop(struct coord_worker *w)
+{
+    if (w->draining && w->n_live == 0)
+        reactor_stop(w->r);
+}
+
+static void on_close(struct httpd_req *req, void *arg)
+{
+    struct preq *pr = arg;
+    pr->hreq = NULL;
+    if (!pr->finished) {
+        log_info("client_disconnected", LF_STR("request_id", pr->rid),
+                 LF_BOOL("streaming", pr->committed));
+        coord_count_error(pr->c, CAUSE_CLIENT_DISCONNECT);
+        record_end(pr, 499);
+        preq_finish(pr);
+    }
+    struct coord_worker *w = pr->w;
+    if (pr->prev)
+        pr->prev->next = pr->next;
+    else
+        w->live = pr->next;
+    if (pr->next)
+        pr->next->prev = pr->prev;
+    w->n_live--;
+    metrics_gauge_dec(pr->c->m.inflight);
+    json_decref(pr->body);
+    inst_snapshot_unref(pr->snap);
+    free(pr->fail_body);
+    free(pr->fail_ctype);
+    free(pr);
+    worker_maybe_stop(w);
+}
+
+static void handle_infer(struct httpd_req *req, struct coord_worker *w, enum api api)
+{
+    struct coord *c = w->c;
+    if (!check_auth(c, req, api_names[api]))
+        return;
+    if (w->draining || atomic_load_explicit(&c->stopping, memory_order_relaxed)) {
+        coord_count_error(c, CAUSE_SHUTDOWN);
+        coord_count_request(c, api_names[api], 503);
+        respond_openai_error(req, 503, "ServiceUnavailable", "coordinator is shutting down");
+        return;
+    }
+    char err[256];
+    json_t *body = httpd_req_json(req, err, sizeof(err));
+    const char *why = NULL;
+    json_t *jstream = body ? json_object_get(body, "stream") : NULL;
+    json_t *jmodel = body ? json_object_get(body, "model") : NULL;
+    if (!body)
+        why = err;
+    else if (!json_is_object(body))
+        why = "request body must be a JSON object";
+    else if (jstream && !json_is_boolean(jstream) && !json_is_null(jstream))
+        why = "'stream' must be a boolean";
+    else if (jmodel && !json_is_string(jmodel) && !json_is_null(jmodel))
+        why = "'model' must be a string";
+    else if (api == API_CHAT && !json_is_array(json_object_get(body, "messages")))
+        why = "'messages' must be an array";
+    else if (api == API_COMPLETIONS && !json_object_get(body, "prompt"))
+        why = "'prompt' is required";
+    if (why) {
+        json_decref(body);
+        coord_count_error(c, CAUSE_BAD_REQUEST);
+        coord_count_request(c, api_names[api], 400);
+        respond_openai_error(req, 400, "BadRequestError", why);
+        return;
+    }
+    struct preq *pr = xcalloc(1, sizeof(*pr));
+    pr->w = w;
+    pr->c = c;
+    pr->hreq = req;
+    pr->api = api;
+    pr->body = body;
+    pr->stream = json_is_true(jstream);
+    pr->model = json_is_string(jmodel) ? json_string_value(jmodel) : NULL;
+    pr->start_us = mono_us();
+    pr->deadline_ms = reactor_now(w->r) + c->cfg.infer_timeout_ms;
+    pr->legs[LEG_PREFILL].pr = pr;
+    pr->legs[LEG_MAIN].pr = pr;
+    pr->legs[LEG_PREFILL].which = LEG_PREFILL;
+    pr->legs[LEG_MAIN].which = LEG_MAIN;
+    snprintf(pr->rid, sizeof(pr->rid), "motor-%08x-%02x-%llx",
+             (unsigned)(c->start_wall_ms & 0xffffffff), w->idx, (unsigned long long)++w->seq);
+    pr->next = w->live;
+    if (w->live)
+        w->live->prev = pr;
+    w->live = pr;
+    w->n_live++;
+    metrics_gauge_inc(c->m.inflight);
+    httpd_req_on_close(req, on_close, pr);
+    reactor_timer_init(&pr->t_backoff, on_backoff, pr);
+    pr->first_deadline_ms = reactor_now(w->r) + c->cfg.first_token_timeout_ms;
+    if (!reactor_timer_active(&w->sweep))
+        reactor_timer_start(w->r, &w->sweep, w->sweep_ms, w->sweep_ms);
+    attempt(pr);
+}
+
+static void h_completions(struct httpd_req *req, void *arg)
+{
+    handle_infer(req, arg, API_COMPLETIONS);
+}
+
+static void h_chat(struct httpd_req *req, void *arg)
+{
+    handle_infer(req, arg, API_CHAT);
+}
+
+static void h_models(struct httpd_req *req, void *arg)
+{
+    struct coord_worker *w = arg;
+    if (!check_auth(w->c, req, "models"))
+        return;
+    struct inst_snapshot *s = proxy_snapshot(w);
+    json_t *data = json_array();
+    for (size_t i = 0; i < s->n_models; i++)
+        json_array_append_new(data, json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", s->models[i],
+                                              "object", "model", "created",
+                                              (json_int_t)(w->c->start_wall_ms / 1000), "owned_by",
+                                              "motor", "root", s->models[i]));
+    httpd_respond_json(req, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
+}
+
+static void h_health(struct httpd_req *req, void *arg)
+{
+    httpd_respond_json(req, 200,
+                       json_pack("{s:s, s:s}", "status", "ok", "message", "Coordinator is alive"));
+}
+
+static void h_readiness(struct httpd_req *req, void *arg)
+{
+    struct coord_worker *w = arg;
+    bool ready = coord_ready(proxy_snapshot(w));
+    httpd_respond_json(req, 200,
+                       json_pack("{s:s, s:s, s:b}", "status", "ok", "message", "Coordinator is ok",
+                                 "ready", ready));
+}
+
+void proxy_register_routes(struct coord_worker *w)
+{
+    int64_t shortest = MOTOR_MIN(w->c->cfg.first_token_timeout_ms, w->c->cfg.infer_timeout_ms);
+    w->sweep_ms = MOTOR_MAX((int64_t)10, MOTOR_MIN((int64_t)100, shortest / 10));
+    reactor_timer_init(&w->sweep, on_sweep, w);
+    httpd_route(w->httpd, "POST", "/v1/completions", h_completions, w, 0);
+    httpd_route(w->httpd, "POST", "/v1/chat/completions", h_chat, w, 0);
+    httpd_route(w->httpd, "GET", "/v1/models", h_models, w, 0);
+    httpd_route(w->httpd, "GET", "/health", h_health, w, 0);
+    httpd_route(w->httpd, "GET", "/liveness", h_health, w, 0);
+    httpd_route(w->httpd, "GET", "/startup", h_health, w, 0);
+    httpd_route(w->httpd, "GET", "/readiness", h_readiness, w, 0);
+    httpd_route(w->httpd, "GET", "/metrics", coord_handle_metrics, w->c, 0);
+}
+
+static void on_drain_tick(struct reactor *r, void *arg)
+{
+    struct coord_worker *w = arg;
+    if (w->n_live == 0 || reactor_now(r) >= w->drain_deadline) {
+        if (w->n_live)
+            log_warn("drain_deadline", LF_INT("worker", w->idx), LF_INT("cut", w->n_live));
+        reactor_timer_stop(r, &w->drain_timer);
+        reactor_stop(r);
+    }
+}
+
+void proxy_worker_drain(void *arg)
+{
+    struct coord_worker *w = arg;
+    w->draining = true;
+    w->drain_deadline = reactor_now(w->r) + w->c->cfg.shutdown_grace_ms;
+    if (w->n_live == 0) {
+        reactor_stop(w->r);
+        return;
+    }
+    log_info("draining", LF_INT("worker", w->idx), LF_INT("inflight", w->n_live));
+    reactor_timer_init(&w->drain_timer, on_drain_tick, w);
+    reactor_timer_start(w->r, &w->drain_timer, PROXY_DRAIN_POLL_MS, PROXY_DRAIN_POLL_MS);
+}
