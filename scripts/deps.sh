@@ -6,7 +6,13 @@ set -euo pipefail
 packages=(build-essential pkg-config cmake ninja-build
   libmicrohttpd-dev libcurl4-openssl-dev libjansson-dev libcmocka-dev libsqlite3-dev
   libgnutls28-dev curl python3 python3-pytest clang libclang-rt-14-dev
-  procps iproute2 "$@")
+  procps iproute2 etcd-server etcd-client python3-yaml "$@")
+
+# The OpenAI client test runs the `openai` npm package: Node.js from Debian only when the
+# machine has no node/npm of its own (a newer one installed elsewhere is left alone).
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  packages+=(nodejs npm)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
