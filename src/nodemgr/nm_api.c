@@ -299,6 +299,7 @@ int nm_api_init(struct nodemgr *nm)
         return rc;
     if ((rc = nm_pool_init(nm)) < 0)
         return rc;
+    nm_kv_init_routes(nm);
 
     nm_route(nm, "POST", "/node-manager/start", h_start, nm, HTTPD_ROUTE_AUTH);
     nm_route(nm, "POST", "/node-manager/stop", h_stop, nm, HTTPD_ROUTE_AUTH);

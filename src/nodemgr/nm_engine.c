@@ -314,9 +314,17 @@ static int spawn_one(struct nm_endpoint *e, struct wire_err *err)
     char name[48];
     snprintf(name, sizeof(name), "engine-%lld", (long long)e->ep.id);
     int max_line = nm->cfg->log_max_line_length;
+    /* Services' environment for engines (the KV store's MMC_LOCAL_CONFIG_PATH) first,
+     * so that engine_cmd's own variables win. */
+    const char **envv = xcalloc(nm->engine_env.n + cmd.envc + 1, sizeof(*envv));
+    size_t nenv = 0;
+    for (size_t k = 0; k < nm->engine_env.n; k++)
+        envv[nenv++] = nm->engine_env.items[k];
+    for (size_t k = 0; k < cmd.envc; k++)
+        envv[nenv++] = cmd.env[k];
     struct proc_opts o = {
         .argv = (const char *const *)cmd.argv,
-        .env_overrides = (const char *const *)cmd.env,
+        .env_overrides = envv,
         .name = name,
         .ring_bytes = NM_TAIL_RING_BYTES,
         .max_line = max_line > 0 && (size_t)max_line < NM_TAIL_RING_BYTES ? (size_t)max_line : 0,
@@ -329,6 +337,7 @@ static int spawn_one(struct nm_endpoint *e, struct wire_err *err)
     };
     struct proc *p = NULL;
     rc = proc_spawn(nm->r, &o, &p);
+    free(envv);
     if (rc < 0) {
         wire_err_set(err, "endpoint %lld: cannot start %s: %s", (long long)e->ep.id, cmd.argv[0],
                      strerror(-rc));

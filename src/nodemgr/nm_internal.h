@@ -19,9 +19,10 @@
  *                 software-fault reports (§5)
  *   nm_arbiter.c  suicide arbitration (§2.5) and the freeze deadlines
  *   nm_services.c the static service registry (§2.6): activation and the phases
- *   nm_kvstore.c  the kv_store service (stub here; the KV helper replaces it)
- *   nm_ft.c       engine FT manager + DP scale-down proxy routes (stub here: the routes
- *                 answer 404 "fault tolerance proxy disabled"; the FT helper replaces it)
+ *   nm_kvstore.c  the kv_store service (§2.7): MMC_LOCAL_CONFIG_PATH for engines, the
+ *                 KV local service process (local_service_command), restarts
+ *   nm_ft.c       engine FT manager (§2.10: status polling, deduplicated reports) and
+ *                 the DP scale-down proxy routes (§8.3: status/apply/guard/finalize)
  *
  * Extension points for later helpers:
  *   - struct nodemgr has opaque slots `ft`, `kv`, `pool` for their state;
@@ -367,6 +368,11 @@ struct nodemgr {
     bool passthrough_socket; /* stdout is a socket: send with MSG_DONTWAIT */
     uint64_t passthrough_dropped;
 
+    /* Extra environment of engine processes ("NAME=value"), set by services' prepare
+     * (the KV store's MMC_LOCAL_CONFIG_PATH) and owned by the service that sets it;
+     * applied under engine_cmd's own variables at every spawn. */
+    struct wire_strlist engine_env;
+
     /* extension slots (opaque to the core) */
     void *ft;
     void *kv;
@@ -509,7 +515,7 @@ void nm_pool_shutdown(struct nodemgr *nm);
 /* Stop what is left (bounded wait, then SIGKILL) and free; before httpd_free. */
 void nm_pool_free(struct nodemgr *nm);
 
-/* ---- nm_ft.c (replaced by the FT helper) ------------------------------------------- */
+/* ---- nm_ft.c ------------------------------------------------------------------------ */
 /* Register the FT routes (/node-manager/fault-tolerance/{status,apply,guard,finalize})
  * and create nm->ft. Called before the core routes. 0 or -errno. */
 int nm_ft_init(struct nodemgr *nm);
@@ -525,5 +531,44 @@ void nm_ft_endpoints_reset(struct nodemgr *nm);
 void nm_ft_config_updated(struct nodemgr *nm);
 /* Shutdown: stop polling. */
 void nm_ft_stop(struct nodemgr *nm);
+
+/* The FT manager's per-endpoint poll bookkeeping (§2.10), a pure state machine
+ * (unit-tested): consecutive transport failures => one EngineDeadError; consecutive
+ * 404s => "unsupported"; non-healthy statuses reported once per signature. */
+struct wire_ft_engine_entry;
+struct nm_ft_track {
+    int failures;              /* consecutive failed polls (transport, HTTP, body) */
+    int n404;                  /* consecutive 404 answers */
+    bool unsupported;          /* the engine has no FT API: re-probed now and then */
+    bool unreachable_reported; /* the "unreachable" report of this failure run went out */
+    char *sig;                 /* signature last seen healthy or delivered; NULL = none */
+};
+enum nm_ft_event { NM_FT_EV_OK = 0, NM_FT_EV_NOT_FOUND, NM_FT_EV_FAILED };
+#define NM_FT_REPORT_STATUS 0x1u      /* report entry (signature in *sig_out) */
+#define NM_FT_REPORT_UNREACHABLE 0x2u /* report EngineDeadError: failures reached the max */
+#define NM_FT_NOW_UNSUPPORTED 0x4u    /* 404 streak reached max_consecutive_404 */
+#define NM_FT_NOW_SUPPORTED 0x8u      /* an unsupported engine answered again */
+/* One poll outcome. entry is the endpoint's entry for NM_FT_EV_OK (else NULL). Returns
+ * NM_FT_* flags; with NM_FT_REPORT_STATUS *sig_out gets the entry's signature (heap,
+ * the caller frees it or hands it to nm_ft_track_delivered), else NULL. The track only
+ * remembers a non-healthy signature once nm_ft_track_delivered says the Controller took
+ * it (a report that was not accepted is sent again at the next poll). */
+unsigned nm_ft_track_observe(struct nm_ft_track *t, enum nm_ft_event ev,
+                             const struct wire_ft_engine_entry *entry, int max_failures,
+                             int max_404, char **sig_out);
+/* A report was accepted: sig (taken) is now the delivered signature; or, for the
+ * unreachable report (sig NULL), the failure run is reported. */
+void nm_ft_track_delivered(struct nm_ft_track *t, bool unreachable, char *sig);
+void nm_ft_track_release(struct nm_ft_track *t);
+/* The fault report fields of an engine entry (§2.10): engine_status healthy 0, dead 1,
+ * anything else 2; exception_type = fault_info (unhealthy with info; strings verbatim,
+ * other JSON compact; capped) / EngineDeadError / EngineUnhealthyError. */
+enum wire_engine_status nm_ft_entry_engine_status(const struct wire_ft_engine_entry *e);
+void nm_ft_entry_exception_type(const struct wire_ft_engine_entry *e, char *buf, size_t cap);
+
+/* ---- nm_kvstore.c -------------------------------------------------------------------- */
+/* Register the KV store's read-only route (GET /node-manager/kv-store); called by
+ * nm_api_init after nm_ft_init. */
+void nm_kv_init_routes(struct nodemgr *nm);
 
 #endif
