@@ -9,5 +9,8 @@ int coordinator_main(int argc, char **argv);
 int register_main(int argc, char **argv);
 int node_manager_main(int argc, char **argv);
 int pool_main(int argc, char **argv);
+int up_main(int argc, char **argv);
+int status_main(int argc, char **argv);
+int controller_main(int argc, char **argv);
 
 #endif

@@ -17,6 +17,9 @@ static const struct subcommand subcommands[] = {
     {"coordinator", coordinator_main, "OpenAI-compatible gateway (PD routing, balancing, breakers)"},
     {"register", register_main, "register engines with a coordinator (standalone deployment)"},
     {"node-manager", node_manager_main, "engine supervisor of one pod/host (register, launch, probe, relaunch)"},
+    {"controller", controller_main, "the fleet's brain: assembly, health, fault tolerance, coordinator push"},
+    {"up", up_main, "the whole fleet on this host from one user_config.json (make run)"},
+    {"status", status_main, "instances, endpoints, pools and breakers of a fleet; exit 1 if unhealthy"},
     {"worker-pool", pool_main, "on-demand worker processes from manifests (the node manager's pool, alone)"},
 };
 

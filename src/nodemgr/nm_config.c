@@ -457,9 +457,12 @@ static json_t *normalize_engine_config(json_t *ec, struct cfg_errors *e)
     json_t *v;
     json_object_foreach(ec, key, v)
     {
-        while (*key == '-')
-            key++;
-        char *nk = xstrdup(key);
+        /* Strip leading dashes through a copy of the pointer: json_object_foreach finds
+         * the next key from `key` itself, so advancing it would derail the iteration. */
+        const char *k = key;
+        while (*k == '-')
+            k++;
+        char *nk = xstrdup(k);
         for (char *p = nk; *p; p++)
             if (*p == '-')
                 *p = '_';

@@ -1,0 +1,584 @@
+/* up_plan — see up_plan.h. */
+#include "cli/up_plan.h"
+
+#include "common/util.h"
+#include "nodemgr/nm_config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define LOCAL_HOST "127.0.0.1"
+
+/* The roles in start order, with their motor_deploy_config keys. */
+struct role_keys {
+    enum wire_role role;
+    const char *section;
+    const char *instances_key;
+    const char *pods_key;
+};
+
+static const struct role_keys roles[] = {
+    {WIRE_ROLE_PREFILL, "motor_engine_prefill_config", "p_instances_num",
+     "single_p_instance_pod_num"},
+    {WIRE_ROLE_DECODE, "motor_engine_decode_config", "d_instances_num",
+     "single_d_instance_pod_num"},
+    {WIRE_ROLE_UNION, "motor_engine_union_config", "hybrid_instances_num",
+     "single_hybrid_instance_pod_num"},
+    {WIRE_ROLE_ENCODE, "motor_engine_encode_config", "e_instances_num",
+     "single_e_instance_pod_num"},
+};
+
+const char *up_role_name(enum wire_role r)
+{
+    return r == WIRE_ROLE_UNION ? "union" : wire_role_str(r);
+}
+
+/* What the plan learns about one role before laying pods out. */
+struct role_info {
+    bool present;
+    int instances, pods_per_instance, n_pods;
+    int g_start; /* global single-container index of its first pod */
+    int dp;
+    json_t *section; /* borrowed from the effective config */
+};
+
+static void note(struct up_plan *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note(struct up_plan *p, const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    wire_strlist_push(&p->notes, buf);
+}
+
+/* The object at key in parent, created when missing; NULL (error recorded) when the key
+ * holds something else. */
+static json_t *child_obj(json_t *parent, const char *key, const char *path, struct cfg_errors *e)
+{
+    json_t *o = json_object_get(parent, key);
+    if (!o || json_is_null(o)) {
+        o = json_object();
+        json_object_set_new(parent, key, o);
+        return o;
+    }
+    if (!json_is_object(o)) {
+        cfg_error(e, path, "must be an object");
+        return NULL;
+    }
+    return o;
+}
+
+/* Set key to a JSON value, recording a note when that changes the document. */
+static void set_key(struct up_plan *p, json_t *obj, const char *path, const char *key, json_t *val)
+{
+    json_t *old = json_object_get(obj, key);
+    if (!old || !json_equal(old, val)) {
+        char *o = old ? json_dumps(old, JSON_ENCODE_ANY | JSON_COMPACT) : xstrdup("(unset)");
+        char *n = json_dumps(val, JSON_ENCODE_ANY | JSON_COMPACT);
+        note(p, "%s.%s: %s -> %s", path, key, o ? o : "?", n ? n : "?");
+        free(o);
+        free(n);
+    }
+    json_object_set_new(obj, key, val);
+}
+
+/* The node-manager block of a role section (either spelling), created when missing. */
+static json_t *nm_block(json_t *section, const char *secname, struct cfg_errors *e)
+{
+    if (json_is_object(json_object_get(section, "motor_nodemanager_config")))
+        return json_object_get(section, "motor_nodemanager_config");
+    char path[128];
+    snprintf(path, sizeof(path), "%s.motor_nodemanger_config", secname);
+    return child_obj(section, "motor_nodemanger_config", path, e);
+}
+
+/* Copy each error line of src into dst under a prefix. */
+static void copy_errors(struct cfg_errors *dst, const char *prefix, const struct cfg_errors *src)
+{
+    const char *t = cfg_errors_text(src);
+    while (*t) {
+        const char *nl = strchr(t, '\n');
+        size_t n = nl ? (size_t)(nl - t) : strlen(t);
+        cfg_error(dst, prefix, "%.*s", (int)n, t);
+        t += n + (nl ? 1 : 0);
+    }
+}
+
+/* Load the node manager's view of one pod through its own loader. */
+static struct nm_config *nm_view(json_t *cfg, enum wire_role role, int index, const char *job,
+                                 const struct up_plan_opts *o, struct cfg_errors *tmp)
+{
+    char role_kv[32], index_kv[32], pod_ip[32] = "POD_IP=" LOCAL_HOST;
+    snprintf(role_kv, sizeof(role_kv), "ROLE=%s", up_role_name(role));
+    snprintf(index_kv, sizeof(index_kv), "INDEX=%d", index);
+    char *job_kv = xasprintf("JOB_NAME=%s", job);
+    char *env[] = {role_kv, index_kv, pod_ip, job_kv, NULL};
+    struct nm_config_opts no = {
+        .role = up_role_name(role),
+        .env = nm_env_from_array,
+        .env_ud = env,
+        .motor_bin = o->motor_bin ? o->motor_bin : "motor",
+    };
+    struct nm_config *c = nm_config_from_json(cfg, &no, tmp);
+    free(job_kv);
+    return c;
+}
+
+static void push_unique(struct wire_strlist *l, const char *s)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (strcmp(l->items[i], s) == 0)
+            return;
+    wire_strlist_push(l, s);
+}
+
+/* ---- port rewriting ---------------------------------------------------------------- */
+
+static void remove_spellings(json_t *engine, const char *underscore)
+{
+    char dashed[128];
+    snprintf(dashed, sizeof(dashed), "%s", underscore);
+    for (char *c = dashed; *c; c++)
+        if (*c == '_')
+            *c = '-';
+    json_object_del(engine, dashed);
+}
+
+static int rewrite_ports(struct up_plan *p, struct role_info *ri, int g_total, int base,
+                         struct cfg_errors *e)
+{
+    json_t *cfg = p->config;
+    json_t *coord = child_obj(cfg, "motor_coordinator_config", "motor_coordinator_config", e);
+    json_t *ctl = child_obj(cfg, "motor_controller_config", "motor_controller_config", e);
+    json_t *capi =
+        coord ? child_obj(coord, "api_config", "motor_coordinator_config.api_config", e) : NULL;
+    json_t *tapi =
+        ctl ? child_obj(ctl, "api_config", "motor_controller_config.api_config", e) : NULL;
+    if (!capi || !tapi)
+        return -EINVAL;
+    const char *cp = "motor_coordinator_config.api_config";
+    const char *tp = "motor_controller_config.api_config";
+    set_key(p, capi, cp, "coordinator_api_infer_port", json_integer(base));
+    set_key(p, capi, cp, "coordinator_api_mgmt_port", json_integer(base + 1));
+    set_key(p, capi, cp, "coordinator_obs_port", json_integer(base + 2));
+    set_key(p, tapi, tp, "controller_api_port", json_integer(base + 3));
+    set_key(p, tapi, tp, "observability_api_port", json_integer(base + 4));
+
+    int nm_base = base + 10;
+    int rpc_base = nm_base + g_total;
+    int cursor = rpc_base + g_total;
+    cursor += cursor & 1;
+    for (size_t i = 0; i < ARRAY_LEN(roles); i++) {
+        struct role_info *r = &ri[i];
+        if (!r->present || !r->n_pods)
+            continue;
+        json_t *nmb = nm_block(r->section, roles[i].section, e);
+        json_t *engine = child_obj(r->section, "engine_config", roles[i].section,
+                                   e); /* path good enough for a type error */
+        if (!nmb || !engine)
+            return -EINVAL;
+        char path[160];
+        snprintf(path, sizeof(path), "%s.motor_nodemanger_config.api_config", roles[i].section);
+        json_t *api = child_obj(nmb, "api_config", path, e);
+        snprintf(path, sizeof(path), "%s.motor_nodemanger_config.endpoint_config",
+                 roles[i].section);
+        json_t *epc = child_obj(nmb, "endpoint_config", path, e);
+        if (!api || !epc)
+            return -EINVAL;
+        /* The node manager adds g to its port and g*2*dp to its base port. */
+        snprintf(path, sizeof(path), "%s.motor_nodemanger_config.api_config", roles[i].section);
+        set_key(p, api, path, "node_manager_port", json_integer(nm_base));
+        int span = 2 * r->dp;
+        int bp = cursor - r->g_start * span;
+        if (bp < 1) {
+            cursor += 1 - bp;
+            bp = 1;
+        }
+        snprintf(path, sizeof(path), "%s.motor_nodemanger_config.endpoint_config",
+                 roles[i].section);
+        set_key(p, epc, path, "base_port", json_integer(bp));
+        cursor += r->n_pods * span;
+        snprintf(path, sizeof(path), "%s.engine_config", roles[i].section);
+        remove_spellings(engine, "data_parallel_rpc_port");
+        set_key(p, engine, path, "data_parallel_rpc_port", json_integer(rpc_base));
+    }
+    if (cursor > 65535) {
+        cfg_error(e, "--port-base", "%d leaves no room: the fleet needs ports up to %d", base,
+                  cursor);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* ---- the effective configuration ---------------------------------------------------- */
+
+static int localize(struct up_plan *p, struct role_info *ri, const struct up_plan_opts *o,
+                    struct cfg_errors *e)
+{
+    json_t *cfg = p->config;
+    json_t *deploy = child_obj(cfg, "motor_deploy_config", "motor_deploy_config", e);
+    json_t *coord = child_obj(cfg, "motor_coordinator_config", "motor_coordinator_config", e);
+    json_t *ctl = child_obj(cfg, "motor_controller_config", "motor_controller_config", e);
+    if (!deploy || !coord || !ctl)
+        return -EINVAL;
+    json_t *capi = child_obj(coord, "api_config", "motor_coordinator_config.api_config", e);
+    json_t *tapi = child_obj(ctl, "api_config", "motor_controller_config.api_config", e);
+    if (!capi || !tapi)
+        return -EINVAL;
+
+    /* Every pod on one host: only single-container mode gives each node manager its own
+     * ports and devices. */
+    set_key(p, deploy, "motor_deploy_config", "deploy_mode", json_string("single_container"));
+
+    /* Everything on loopback: the file may name Kubernetes services. */
+    const char *cp = "motor_coordinator_config.api_config";
+    const char *tp = "motor_controller_config.api_config";
+    set_key(p, capi, cp, "coordinator_api_host", json_string(LOCAL_HOST));
+    set_key(p, capi, cp, "coordinator_api_dns", json_string(LOCAL_HOST));
+    set_key(p, tapi, tp, "controller_api_host", json_string(LOCAL_HOST));
+    set_key(p, tapi, tp, "controller_api_dns", json_string(LOCAL_HOST));
+
+    /* The controller's store: SQLite in the state directory unless the file chose etcd
+     * (or a store path of its own). */
+    json_t *store = json_object_get(ctl, "store_config");
+    const char *backend = json_string_value(json_object_get(store, "backend"));
+    bool etcd_persist = json_is_true(cfg_lookup(ctl, "etcd_config.enable_etcd_persistence"));
+    if ((!backend && !etcd_persist) || (backend && strcmp(backend, "sqlite") == 0)) {
+        store = child_obj(ctl, "store_config", "motor_controller_config.store_config", e);
+        if (!store)
+            return -EINVAL;
+        if (!json_object_get(store, "backend"))
+            json_object_set_new(store, "backend", json_string("sqlite"));
+        const char *path = json_string_value(json_object_get(store, "sqlite_path"));
+        if (!path) {
+            p->sqlite_path = xasprintf("%s/controller.db", o->state_dir);
+            json_object_set_new(store, "sqlite_path", json_string(p->sqlite_path));
+        }
+    }
+
+    /* Node managers take $POD_IP (we set 127.0.0.1) unless the file names an address:
+     * replace it where it does, at the top level and in every role section. */
+    static const char *const blocks[] = {"motor_nodemanger_config", "motor_nodemanager_config"};
+    for (size_t k = 0; k < ARRAY_LEN(blocks); k++) {
+        json_t *api = cfg_lookup(cfg, blocks[k]);
+        api = json_is_object(api) ? json_object_get(api, "api_config") : NULL;
+        if (json_is_object(api) && json_object_get(api, "pod_ip")) {
+            char path[96];
+            snprintf(path, sizeof(path), "%s.api_config", blocks[k]);
+            set_key(p, api, path, "pod_ip", json_string(LOCAL_HOST));
+        }
+        for (size_t i = 0; i < ARRAY_LEN(roles); i++) {
+            if (!ri[i].present)
+                continue;
+            json_t *blk = json_object_get(ri[i].section, blocks[k]);
+            api = json_is_object(blk) ? json_object_get(blk, "api_config") : NULL;
+            if (json_is_object(api) && json_object_get(api, "pod_ip")) {
+                char path[192];
+                snprintf(path, sizeof(path), "%s.%s.api_config", roles[i].section, blocks[k]);
+                set_key(p, api, path, "pod_ip", json_string(LOCAL_HOST));
+            }
+        }
+    }
+    return 0;
+}
+
+/* ---- build ------------------------------------------------------------------------ */
+
+static int port_cmp(const void *a, const void *b)
+{
+    const int *x = *(const int *const *)a, *y = *(const int *const *)b;
+    return (*x > *y) - (*x < *y);
+}
+
+size_t up_plan_ports(const struct up_plan *p, int **ports_out, char ***owners_out)
+{
+    size_t cap = 8, n = 0;
+    for (size_t i = 0; i < p->n_pods; i++)
+        cap += 2 + (size_t)p->pods[i].endpoint_num;
+    int *ports = xcalloc(cap, sizeof(int));
+    char **owners = xcalloc(cap, sizeof(char *));
+#define ADD(port, ...)                                                                             \
+    do {                                                                                           \
+        ports[n] = (port);                                                                         \
+        owners[n++] = xasprintf(__VA_ARGS__);                                                      \
+    } while (0)
+    ADD(p->coord_port, "coordinator (inference)");
+    ADD(p->coord_mgmt_port, "coordinator (management)");
+    ADD(p->ctl_port, "controller");
+    for (size_t i = 0; i < p->n_pods; i++) {
+        const struct up_pod *d = &p->pods[i];
+        ADD(d->nm_port, "%s node manager", d->name);
+        for (int k = 0; k < d->endpoint_num; k++)
+            ADD(d->ports[k], "%s engine %d", d->name, k);
+        if (d->dp_size > 1 && d->pod == 0)
+            ADD(d->dp_rpc_port, "%s DP RPC", d->name);
+    }
+#undef ADD
+    *ports_out = ports;
+    *owners_out = owners;
+    return n;
+}
+
+static void check_collisions(const struct up_plan *p, struct cfg_errors *e)
+{
+    int *ports;
+    char **owners;
+    size_t n = up_plan_ports(p, &ports, &owners);
+    int **idx = xcalloc(n ? n : 1, sizeof(int *));
+    for (size_t i = 0; i < n; i++)
+        idx[i] = &ports[i];
+    qsort(idx, n, sizeof(*idx), port_cmp);
+    for (size_t i = 1; i < n; i++) {
+        if (*idx[i] == *idx[i - 1]) {
+            size_t a = (size_t)(idx[i - 1] - ports), b = (size_t)(idx[i] - ports);
+            cfg_error(e, "ports",
+                      "%d is used by both %s and %s (set distinct ports, or use "
+                      "--port-base)",
+                      *idx[i], owners[a], owners[b]);
+        }
+    }
+    free(idx);
+    for (size_t i = 0; i < n; i++)
+        free(owners[i]);
+    free(owners);
+    free(ports);
+}
+
+int up_plan_check_free(const struct up_plan *p, struct cfg_errors *e)
+{
+    int *ports;
+    char **owners;
+    size_t n = up_plan_ports(p, &ports, &owners);
+    int rc = 0;
+    for (size_t i = 0; i < n; i++) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            continue;
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)ports[i])};
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 && errno == EADDRINUSE) {
+            cfg_error(e, "ports", "%d (%s) is already in use on " LOCAL_HOST, ports[i], owners[i]);
+            rc = -EADDRINUSE;
+        }
+        close(fd);
+    }
+    for (size_t i = 0; i < n; i++)
+        free(owners[i]);
+    free(owners);
+    free(ports);
+    return rc;
+}
+
+static void fill_pod(struct up_pod *d, const struct nm_config *c)
+{
+    d->nm_port = c->node_manager_port;
+    d->endpoint_num = c->endpoint_num;
+    d->ports = xcalloc((size_t)(c->endpoint_num ? c->endpoint_num : 1), sizeof(int));
+    for (int k = 0; k < c->endpoint_num; k++)
+        d->ports[k] = c->service_ports[k];
+    d->dp_size = c->parallel.dp_size;
+    d->dp_rpc_port = c->dp_rpc_port;
+    d->g = c->sc.global_index;
+    d->engine_type = xstrdup(nm_engine_type_str(c->engine_type));
+    d->model = xstrdup(c->model_name ? c->model_name : "");
+}
+
+int up_plan_build(const json_t *user, const struct up_plan_opts *o, struct up_plan *p,
+                  struct cfg_errors *e)
+{
+    memset(p, 0, sizeof(*p));
+    p->host = LOCAL_HOST;
+    int start_errors = cfg_errors_count(e);
+    if (!json_is_object(user)) {
+        cfg_error(e, "(top level)", "must be an object");
+        return -EINVAL;
+    }
+    p->config = json_deep_copy(user);
+    json_t *deploy = json_object_get(p->config, "motor_deploy_config");
+    if (deploy && !json_is_object(deploy)) {
+        cfg_error(e, "motor_deploy_config", "must be an object");
+        return -EINVAL;
+    }
+
+    /* motor up and its status view speak plain HTTP to the children. */
+    static const char *const tls_keys[] = {
+        "motor_deploy_config.tls_config.mgmt_tls_config.enable_tls",
+        "motor_deploy_config.tls_config.infer_tls_config.enable_tls",
+        "motor_controller_config.mgmt_tls_config.enable_tls",
+        "motor_nodemanger_config.mgmt_tls_config.enable_tls",
+    };
+    for (size_t i = 0; i < ARRAY_LEN(tls_keys); i++)
+        if (json_is_true(cfg_lookup(p->config, tls_keys[i])))
+            cfg_error(e, tls_keys[i],
+                      "TLS is not supported by motor up (a local fleet on "
+                      "127.0.0.1); set it to false");
+    if (cfg_errors_count(e) > start_errors)
+        return -EINVAL;
+
+    /* Roles present and their sizes. */
+    struct role_info ri[ARRAY_LEN(roles)];
+    memset(ri, 0, sizeof(ri));
+    int total_pods = 0;
+    for (size_t i = 0; i < ARRAY_LEN(roles); i++) {
+        json_t *sec = json_object_get(p->config, roles[i].section);
+        if (!sec)
+            continue;
+        if (!json_is_object(sec)) {
+            cfg_error(e, roles[i].section, "must be an object");
+            continue;
+        }
+        struct role_info *r = &ri[i];
+        r->present = true;
+        r->section = sec;
+        cfg_errors_set_prefix(e, "motor_deploy_config");
+        r->instances = (int)cfg_get_int(deploy, roles[i].instances_key, 1, 0, UP_PLAN_MAX_PODS, e);
+        r->pods_per_instance =
+            (int)cfg_get_int(deploy, roles[i].pods_key, 1, 1, UP_PLAN_MAX_PODS, e);
+        cfg_errors_set_prefix(e, "");
+        r->n_pods = r->instances * r->pods_per_instance;
+        total_pods += r->n_pods;
+    }
+    if (cfg_errors_count(e) > start_errors)
+        return -EINVAL;
+    if (total_pods == 0) {
+        cfg_error(e, "(top level)",
+                  "nothing to start: no motor_engine_{prefill,decode,union,"
+                  "encode}_config section with at least one instance");
+        return -EINVAL;
+    }
+    if (total_pods > UP_PLAN_MAX_PODS) {
+        cfg_error(e, "motor_deploy_config", "%d pods in all; motor up runs at most %d", total_pods,
+                  UP_PLAN_MAX_PODS);
+        return -EINVAL;
+    }
+
+    /* Global single-container indexes: decode's is p_instances_num + INDEX. */
+    cfg_errors_set_prefix(e, "motor_deploy_config");
+    int p_num = (int)cfg_get_int(deploy, "p_instances_num", 1, 0, UP_PLAN_MAX_PODS, e);
+    cfg_errors_set_prefix(e, "");
+    int g = 0;
+    for (size_t i = 0; i < ARRAY_LEN(roles); i++) {
+        if (!ri[i].present || !ri[i].n_pods)
+            continue;
+        if (roles[i].role == WIRE_ROLE_DECODE && g < p_num)
+            g = p_num;
+        ri[i].g_start = g;
+        g += ri[i].n_pods;
+    }
+    int g_total = g;
+
+    if (localize(p, ri, o, e) < 0)
+        return -EINVAL;
+
+    /* DP sizes (for the port layout) from the node manager's own derivation. */
+    for (size_t i = 0; i < ARRAY_LEN(roles); i++) {
+        if (!ri[i].present || !ri[i].n_pods)
+            continue;
+        struct cfg_errors tmp;
+        cfg_errors_init(&tmp, "");
+        int idx = roles[i].role == WIRE_ROLE_DECODE ? ri[i].g_start - p_num : ri[i].g_start;
+        struct nm_config *c = nm_view(p->config, roles[i].role, idx, "probe", o, &tmp);
+        if (!c)
+            copy_errors(e, up_role_name(roles[i].role), &tmp);
+        else
+            ri[i].dp = c->parallel.dp_size;
+        nm_config_free(c);
+        cfg_errors_release(&tmp);
+    }
+    if (cfg_errors_count(e) > start_errors)
+        return -EINVAL;
+
+    if (o->port_base > 0 && rewrite_ports(p, ri, g_total, o->port_base, e) < 0)
+        return -EINVAL;
+
+    /* The pods, each read back through the node manager's loader. */
+    const char *job_id = cfg_get_string(deploy, "job_id", "motor", e);
+    if (!*job_id)
+        job_id = "motor";
+    p->pods = xcalloc((size_t)total_pods, sizeof(*p->pods));
+    for (size_t i = 0; i < ARRAY_LEN(roles); i++) {
+        struct role_info *r = &ri[i];
+        if (!r->present)
+            continue;
+        p->n_instances += r->instances;
+        if (roles[i].role != WIRE_ROLE_ENCODE)
+            p->n_serving += r->instances;
+        for (int inst = 0; inst < r->instances; inst++) {
+            for (int pod = 0; pod < r->pods_per_instance; pod++) {
+                struct up_pod *d = &p->pods[p->n_pods++];
+                const char *rn = up_role_name(roles[i].role);
+                d->role = roles[i].role;
+                d->instance = inst;
+                d->pod = pod;
+                d->name = r->pods_per_instance > 1 ? xasprintf("%s-%d.%d", rn, inst, pod)
+                                                   : xasprintf("%s-%d", rn, inst);
+                d->job_name = xasprintf("%s-%s-%d", job_id, rn, inst);
+                int gi = r->g_start + inst * r->pods_per_instance + pod;
+                d->index = roles[i].role == WIRE_ROLE_DECODE ? gi - p_num : gi;
+                struct cfg_errors tmp;
+                cfg_errors_init(&tmp, "");
+                struct nm_config *c = nm_view(p->config, d->role, d->index, d->job_name, o, &tmp);
+                if (!c) {
+                    copy_errors(e, d->name, &tmp);
+                } else {
+                    fill_pod(d, c);
+                    for (size_t w = 0; w < c->warnings.n; w++)
+                        push_unique(&p->warnings, c->warnings.items[w]);
+                }
+                nm_config_free(c);
+                cfg_errors_release(&tmp);
+            }
+        }
+    }
+    if (cfg_errors_count(e) > start_errors)
+        return -EINVAL;
+
+    cfg_errors_set_prefix(e, "");
+    p->coord_port = (int)cfg_get_int(p->config,
+                                     "motor_coordinator_config.api_config."
+                                     "coordinator_api_infer_port",
+                                     1025, 1, 65535, e);
+    p->coord_mgmt_port = (int)cfg_get_int(p->config,
+                                          "motor_coordinator_config.api_config."
+                                          "coordinator_api_mgmt_port",
+                                          1026, 1, 65535, e);
+    p->ctl_port = (int)cfg_get_int(p->config,
+                                   "motor_controller_config.api_config."
+                                   "controller_api_port",
+                                   1026, 1, 65535, e);
+    if (cfg_errors_count(e) > start_errors)
+        return -EINVAL;
+    check_collisions(p, e);
+    return cfg_errors_count(e) > start_errors ? -EINVAL : 0;
+}
+
+void up_plan_release(struct up_plan *p)
+{
+    if (!p)
+        return;
+    json_decref(p->config);
+    for (size_t i = 0; i < p->n_pods; i++) {
+        struct up_pod *d = &p->pods[i];
+        free(d->name);
+        free(d->job_name);
+        free(d->ports);
+        free(d->engine_type);
+        free(d->model);
+    }
+    free(p->pods);
+    free(p->sqlite_path);
+    wire_strlist_release(&p->notes);
+    wire_strlist_release(&p->warnings);
+    memset(p, 0, sizeof(*p));
+}

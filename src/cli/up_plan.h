@@ -1,0 +1,91 @@
+/* up_plan — what `motor up` will start, computed from an upstream user_config.json.
+ *
+ * Pure: no processes, no sockets (except up_plan_check_free, which probe-binds), no
+ * globals. The plan is
+ *   - the effective configuration every child reads (the user's file with the changes
+ *     one host needs: deploy_mode "single_container" so that every node manager gets its
+ *     own ports and devices, every host/DNS key at 127.0.0.1, the controller's SQLite
+ *     store in the state directory, and — with a port base — every port rewritten into
+ *     one contiguous block);
+ *   - one pod per node manager, as upstream's deployer would create them: role, $INDEX,
+ *     $JOB_NAME, and the ports the node manager will derive (read back through the node
+ *     manager's own config loader, so the plan and the daemon cannot disagree);
+ *   - the control-plane ports.
+ *
+ * Pods: for each role with an engine section (prefill, decode, union, encode, in this
+ * order) `<x>_instances_num` instances (p/d/hybrid/e; default 1) of
+ * `single_<x>_instance_pod_num` pods each (default 1). Pods are numbered instance-major;
+ * the node manager's single-container index g (INDEX, or p_instances_num + INDEX for
+ * decode) is made global and unique, so two pods never share an offset.
+ *
+ * Port layout with a base B: B coordinator inference (the OpenAI URL), B+1 coordinator
+ * management, B+2 coordinator observability, B+3 controller API, B+4 controller
+ * observability, B+10+g node manager of pod g, then one DP RPC port per pod, then the
+ * engines' business ports role after role (2 per DP rank, as upstream). */
+#ifndef MOTOR_UP_PLAN_H
+#define MOTOR_UP_PLAN_H
+
+#include "common/cfg.h"
+#include "wire/wire.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#define UP_PLAN_MAX_PODS 256
+
+struct up_pod {
+    char *name; /* "prefill-0"; "prefill-0.1" for the second pod of a multi-pod instance */
+    enum wire_role role;
+    int instance;   /* index within the role */
+    int pod;        /* index within the instance */
+    int index;      /* $INDEX given to the node manager */
+    int g;          /* the node manager's global single-container index */
+    char *job_name; /* $JOB_NAME, shared by the pods of one instance */
+    int nm_port;
+    int endpoint_num;
+    int *ports; /* endpoint_num engine business ports */
+    int dp_size;
+    int dp_rpc_port; /* bound by the DP master when dp_size > 1 */
+    char *engine_type;
+    char *model;
+};
+
+struct up_plan {
+    json_t *config; /* the effective configuration (owned) */
+    const char *host;
+    int coord_port, coord_mgmt_port, ctl_port;
+    struct up_pod *pods;
+    size_t n_pods;
+    int n_instances;
+    int n_serving;                /* instances the coordinator routes to (all but encode) */
+    char *sqlite_path;            /* the controller's store file we manage; NULL = not ours */
+    struct wire_strlist notes;    /* what was changed, one sentence each (for the log) */
+    struct wire_strlist warnings; /* the node managers' own warnings, deduplicated */
+};
+
+struct up_plan_opts {
+    int port_base;         /* 0 = keep the file's ports */
+    const char *state_dir; /* absolute; the store and logs go there */
+    const char *motor_bin; /* for engine_type "sim" */
+};
+
+/* Build the plan from a parsed user_config.json (borrowed; not modified). 0, or
+ * -EINVAL with every problem in errs (invalid values, colliding ports, nothing to
+ * start). p is zeroed first; release it with up_plan_release in both cases. */
+int up_plan_build(const json_t *user, const struct up_plan_opts *o, struct up_plan *p,
+                  struct cfg_errors *errs);
+void up_plan_release(struct up_plan *p);
+
+/* Every port the plan's processes will listen on, with its owner ("decode-0 engine 1"):
+ * parallel arrays, heap (free each owner string and both arrays). Returns the count. */
+size_t up_plan_ports(const struct up_plan *p, int **ports, char ***owners);
+
+/* Probe-bind every planned port on 127.0.0.1; each one in use is recorded in errs.
+ * 0 or -EADDRINUSE. */
+int up_plan_check_free(const struct up_plan *p, struct cfg_errors *errs);
+
+/* Role name used in pod names and job names ("prefill", "decode", "union", "encode"). */
+const char *up_role_name(enum wire_role r);
+
+#endif

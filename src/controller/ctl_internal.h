@@ -1,0 +1,228 @@
+/* ctl_internal — the controller daemon's one struct and the functions its files share
+ * (controller.c: lifecycle, instance manager, assembler driver, persistence;
+ * ctl_api.c: HTTP routes; ctl_push.c: coordinator push; ctl_faults.c: fault intake,
+ * strategy center, reconfiguration; ctl_relaunch.c / ctl_scaledown.c: strategies;
+ * ctl_nmc.c: node-manager client helpers). Everything runs on the one reactor thread. */
+#ifndef MOTOR_CTL_INTERNAL_H
+#define MOTOR_CTL_INTERNAL_H
+
+#include "controller/ctl_asm.h"
+#include "controller/ctl_config.h"
+#include "controller/ctl_ft.h"
+#include "controller/ctl_inst.h"
+#include "controller/store.h"
+
+#include "common/httpc.h"
+#include "common/httpd.h"
+#include "common/metrics.h"
+#include "common/reactor.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Instances (assembled + assembling) one controller keeps: registrations beyond it are
+ * refused, so a peer cannot grow the controller's memory without bound. */
+#define CTL_MAX_INSTANCES 16384
+
+/* A software fault collected for an instance (§5.8). */
+struct ctl_fault {
+    int64_t engine_id;
+    enum wire_engine_status status;
+    int64_t at_ms; /* monotonic, last report */
+    char *type;
+};
+
+/* Per-instance runtime the fault manager keeps next to the instance. */
+struct ctl_faults {
+    struct ctl_fault *v;
+    size_t n;
+};
+
+struct ctl_push_entry;
+struct ctl_call;
+
+struct ctl_restop {
+    char *key; /* "ip port" */
+    int64_t at;
+};
+
+struct ctl_metrics {
+    struct metrics_registry *reg;
+    struct metrics_counter *registrations, *reregistrations, *register_errors;
+    struct metrics_family *heartbeats; /* result */
+    struct metrics_counter *hb_ok, *hb_unknown, *hb_invalid, *hb_rejected;
+    struct metrics_family *faults;     /* status */
+    struct metrics_family *strategies; /* strategy, result */
+    struct metrics_family *pushes;     /* event, result */
+    struct metrics_counter *start_ok, *start_failed;
+    struct metrics_family *transitions; /* to */
+    struct metrics_counter *isolation_suppressed;
+};
+
+struct ctl {
+    struct ctlcfg cfg;
+    struct reactor *r;
+    struct httpd *httpd;
+    struct httpc *hc;
+    struct store *store;
+    struct httpc_tls tls;
+    bool use_tls;
+    char *owner;
+    int port;
+    bool leader;
+    bool loaded;
+    bool stopping;
+    int exit_code;
+    int64_t start_wall_ms;
+    int64_t next_id;
+
+    struct ctl_inst **insts; /* assembled (the instance manager's table) */
+    size_t n_insts;
+    struct ctl_inst **pending; /* assembling */
+    size_t n_pending;
+    struct ctl_ft_rt **ghosts; /* runtimes of deleted instances still reconfiguring */
+    size_t n_ghosts;
+
+    struct reactor_timer asm_timer;   /* periodic assembler check */
+    struct reactor_timer asm_kick;    /* assembler check soon (after a registration) */
+    struct reactor_timer send_timer;  /* start-command retries */
+    struct reactor_timer mgr_timer;   /* heartbeat timeouts */
+    struct reactor_timer strat_timer; /* strategy center */
+    struct reactor_timer strat_kick;
+    struct reactor_timer load_retry;
+
+    /* coordinator push */
+    struct ctl_push_entry *push_head, *push_tail;
+    bool push_inflight;
+    bool push_full_set_queued;
+    bool push_dirty; /* the last full set failed: the coordinator's view is unknown */
+    int coord_lost;
+    bool coord_hb_inflight;
+    struct reactor_timer push_retry;
+    struct reactor_timer coord_hb_timer;
+    struct reactor_timer coord_sync_timer;
+
+    struct ctl_call *calls;     /* requests in flight (ctl_request) */
+    struct ctl_restop *restops; /* NMs recently told to stop again (rate limit) */
+    size_t n_restops;
+
+    struct ctl_metrics m;
+};
+
+/* ---- controller.c ---------------------------------------------------------------- */
+struct ctl_inst *ctl_find(struct ctl *c, int64_t id); /* assembled */
+struct ctl_inst *ctl_find_pending(struct ctl *c, int64_t id);
+struct ctl_inst *ctl_find_job(struct ctl *c, const char *job); /* assembled, not deleted */
+struct ctl_inst *ctl_find_pending_job(struct ctl *c, const char *job);
+/* Apply a state-table event: logs, persists, pushes, and (to deleted) removes and frees
+ * the instance — do not touch `in` afterwards when the result is WIRE_INS_DELETED.
+ * Returns 0, or -ENOENT when the table has no transition (nothing changed). */
+int ctl_apply_event(struct ctl *c, struct ctl_inst *in, enum ctl_event ev, const char *cause);
+/* Force a status (reconfiguration, terminate): same side effects as a transition. */
+void ctl_set_status(struct ctl *c, struct ctl_inst *in, enum wire_ins_status to, const char *cause);
+void ctl_save_inst(struct ctl *c, struct ctl_inst *in);
+void ctl_save_rt(struct ctl *c, struct ctl_ft_rt *rt);
+void ctl_save_meta(struct ctl *c);
+/* Register / reregister intake (called by the API). Return the HTTP answer body. */
+json_t *ctl_register(struct ctl *c, const struct wire_register *m, int *status);
+json_t *ctl_reregister(struct ctl *c, const struct wire_reregister *m, int *status);
+/* Wake the assembler. */
+void ctl_asm_kick(struct ctl *c);
+/* Instances of the same role that are active: d2d peers "<endpoint_id>:<ip>". */
+void ctl_d2d_peers(struct ctl *c, const struct ctl_inst *in, struct wire_strlist *out);
+/* Every FT runtime (instances' and ghosts'), sorted by instance id. Borrowed. */
+size_t ctl_all_runtimes(struct ctl *c, struct ctl_ft_rt ***out);
+struct ctl_ft_rt *ctl_find_rt(struct ctl *c, int64_t id);
+/* Drop ghost runtimes of job (a replacement instance became ready). */
+void ctl_drop_ghosts_of_job(struct ctl *c, const char *job, int64_t keep_id);
+
+/* ---- ctl_api.c -------------------------------------------------------------------- */
+void ctl_api_register_routes(struct ctl *c);
+
+/* ---- ctl_nmc.c: HTTP client helpers ------------------------------------------------ */
+/* "http(s)://ip:port<path>" of an NM (IPv6 bracketed). Heap. */
+char *ctl_nm_url(struct ctl *c, const char *ip, const char *port, const char *path);
+/* The answer of a request: resp is httpc's; arg/tag as given. */
+typedef void (*ctl_resp_fn)(struct ctl *c, const struct httpc_response *resp, void *arg,
+                            intptr_t tag);
+/* Called instead of fn for requests that never get an answer because the controller
+ * shuts down (httpc_free drops them): release what arg holds for this request. */
+typedef void (*ctl_drop_fn)(void *arg, intptr_t tag);
+/* One request (method "GET"/"POST"; body NULL = none) with the controller's TLS
+ * settings; every request is tracked so that shutdown can release its context. */
+void ctl_request(struct ctl *c, const char *method, const char *url, const json_t *body,
+                 int64_t timeout_ms, ctl_resp_fn fn, void *arg, intptr_t tag, ctl_drop_fn drop);
+/* Release the contexts of every request still in flight (after httpc_free). */
+void ctl_requests_drop_all(struct ctl *c);
+/* 2xx */
+bool ctl_http_ok(const struct httpc_response *resp);
+/* Parse a JSON answer body (NULL when not JSON). New reference. */
+json_t *ctl_http_json(const struct httpc_response *resp);
+/* A short text for logs: the transport error or the status and the body's start. */
+const char *ctl_http_err(const struct httpc_response *resp);
+/* Fire and forget: logs the outcome as event `what`. */
+void ctl_http_fire(struct ctl *c, const char *method, const char *url, const json_t *body,
+                   int64_t timeout_ms, const char *what, int64_t instance_id);
+
+/* ---- ctl_push.c --------------------------------------------------------------------- */
+void ctl_push_init(struct ctl *c);
+void ctl_push_start(struct ctl *c); /* timers, initial full set */
+void ctl_push_stop(struct ctl *c);
+/* Bring the coordinator's view of `in` in line with what it should see. */
+void ctl_push_reconcile(struct ctl *c, struct ctl_inst *in);
+/* The instance is being removed: withdraw it (del) if the coordinator has it. */
+void ctl_push_forget(struct ctl *c, struct ctl_inst *in);
+/* Queue one full set (coalesced). */
+void ctl_push_full_set(struct ctl *c);
+typedef void (*ctl_push_cb)(struct ctl *c, int64_t instance_id, int err, void *arg);
+/* Withdraw `in` from the coordinator and call cb once the coordinator confirmed it
+ * (err 0) or the push failed (err < 0). Sets in->withdrawn. cb may run synchronously. */
+void ctl_push_withdraw(struct ctl *c, struct ctl_inst *in, ctl_push_cb cb, void *arg);
+/* Whether `in` should be routable now, and the endpoints left out. */
+bool ctl_push_wanted(struct ctl *c, const struct ctl_inst *in);
+
+/* ---- ctl_faults.c ------------------------------------------------------------------ */
+/* report_software_fault intake: answer status + body. */
+json_t *ctl_fault_report(struct ctl *c, const struct wire_fault_report *r, int *status);
+void ctl_faults_tick(struct ctl *c);
+void ctl_faults_kick(struct ctl *c);
+void ctl_faults_free(struct ctl_inst *in);
+/* Escalation target: stop the instance's NMs (except `except_idx` >= 0) so the platform
+ * restarts them, delete the instance, keep its runtime RECONFIGURING until a
+ * replacement of the job is ready. `in` is freed. */
+void ctl_reconfigure(struct ctl *c, struct ctl_inst *in, const char *reason, ssize_t except_idx);
+/* A strategy finished: result true = recovered. Called by the strategies. */
+void ctl_strategy_finished(struct ctl *c, int64_t instance_id, const char *strategy, bool ok,
+                           const char *error);
+/* Ids the heartbeat size rule lets an NM omit and the evaluation skips: committed
+ * retired ranks, and the ranks a scale-down is removing (a node manager may commit
+ * before the controller has heard every commit answer). Heap array (caller frees). */
+int64_t *ctl_retired(struct ctl *c, const struct ctl_inst *in, size_t *n);
+/* Stop the instance's running strategy (instance removed). */
+void ctl_strategy_detach(struct ctl *c, struct ctl_inst *in);
+
+/* ---- strategies --------------------------------------------------------------------- */
+#define STRAT_RELAUNCH "EngineRelaunchStrategy"
+#define STRAT_SCALE_DOWN "DpScaleDownStrategy"
+#define STRAT_RECONFIG "InstanceReconfigurationStrategy"
+
+/* The common head of every strategy object (in->strategy points at it). */
+struct ctl_strategy {
+    const char *name;
+    struct ctl *c;
+    int64_t instance_id;
+    int inflight;  /* requests in flight: the object lives until they all finished */
+    bool finished; /* terminal: free once inflight drops to 0 */
+    bool detached; /* the instance went away */
+    struct reactor_timer timer;
+    void (*free_fn)(struct ctl_strategy *s);
+};
+/* Free a finished strategy once nothing is in flight. */
+void ctl_strategy_release(struct ctl_strategy *s);
+
+int ctl_relaunch_start(struct ctl *c, struct ctl_inst *in);
+int ctl_scaledown_start(struct ctl *c, struct ctl_inst *in, const int64_t *candidates, size_t n);
+
+#endif

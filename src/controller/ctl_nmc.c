@@ -1,0 +1,154 @@
+/* ctl_nmc — HTTP client helpers: every request the controller makes (node managers,
+ * coordinator) goes through ctl_request, which applies the TLS settings and tracks the
+ * request so that a shutdown (httpc_free drops answers) can still release contexts. */
+#include "controller/ctl_internal.h"
+
+#include "common/log.h"
+#include "common/util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct ctl_call {
+    struct ctl_call *prev, *next;
+    struct ctl *c;
+    ctl_resp_fn fn;
+    ctl_drop_fn drop;
+    void *arg;
+    intptr_t tag;
+};
+
+char *ctl_nm_url(struct ctl *c, const char *ip, const char *port, const char *path)
+{
+    const char *scheme = c->use_tls ? "https" : "http";
+    if (strchr(ip, ':') && ip[0] != '[')
+        return xasprintf("%s://[%s]:%s%s", scheme, ip, port, path);
+    return xasprintf("%s://%s:%s%s", scheme, ip, port, path);
+}
+
+static void unlink_call(struct ctl_call *k)
+{
+    if (k->prev)
+        k->prev->next = k->next;
+    else
+        k->c->calls = k->next;
+    if (k->next)
+        k->next->prev = k->prev;
+}
+
+static void call_done(const struct httpc_response *resp, void *arg)
+{
+    struct ctl_call *k = arg;
+    unlink_call(k);
+    k->fn(k->c, resp, k->arg, k->tag);
+    free(k);
+}
+
+void ctl_request(struct ctl *c, const char *method, const char *url, const json_t *body,
+                 int64_t timeout_ms, ctl_resp_fn fn, void *arg, intptr_t tag, ctl_drop_fn drop)
+{
+    struct ctl_call *k = xcalloc(1, sizeof(*k));
+    k->c = c;
+    k->fn = fn;
+    k->drop = drop;
+    k->arg = arg;
+    k->tag = tag;
+    k->next = c->calls;
+    if (c->calls)
+        c->calls->prev = k;
+    c->calls = k;
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    bool post = method && strcmp(method, "POST") == 0;
+    struct httpc_opts o = {
+        .method = method,
+        .url = url,
+        /* httpc turns a body-less request into GET: POSTs always carry a body. */
+        .body = text ? text : (post ? "{}" : NULL),
+        .timeout_ms = timeout_ms,
+        .max_response = 4u << 20,
+        .tls = c->use_tls ? &c->tls : NULL,
+    };
+    if (c->cfg.coordinator_key && strncmp(url, "http", 4) == 0 && strstr(url, "/instances/")) {
+        char *hdr = xasprintf("X-Motor-Management-Key: %s", c->cfg.coordinator_key);
+        const char *hdrs[] = {hdr, NULL};
+        o.headers = hdrs;
+        httpc_request(c->hc, &o, call_done, k);
+        explicit_bzero(hdr, strlen(hdr));
+        free(hdr);
+    } else {
+        httpc_request(c->hc, &o, call_done, k);
+    }
+    free(text);
+}
+
+void ctl_requests_drop_all(struct ctl *c)
+{
+    while (c->calls) {
+        struct ctl_call *k = c->calls;
+        unlink_call(k);
+        if (k->drop)
+            k->drop(k->arg, k->tag);
+        free(k);
+    }
+}
+
+bool ctl_http_ok(const struct httpc_response *resp)
+{
+    return resp->error == 0 && resp->status >= 200 && resp->status < 300;
+}
+
+json_t *ctl_http_json(const struct httpc_response *resp)
+{
+    if (resp->error || !resp->body || resp->body_len == 0)
+        return NULL;
+    return json_loadb(resp->body, resp->body_len, 0, NULL);
+}
+
+const char *ctl_http_err(const struct httpc_response *resp)
+{
+    static __thread char buf[256];
+    if (resp->error)
+        snprintf(buf, sizeof(buf), "%s",
+                 resp->error_text && *resp->error_text ? resp->error_text : "transport error");
+    else
+        snprintf(buf, sizeof(buf), "HTTP %ld %.200s", resp->status, resp->body ? resp->body : "");
+    return buf;
+}
+
+struct fire {
+    char *what;
+    char *url;
+    int64_t instance_id;
+};
+
+static void fire_free(void *arg, intptr_t tag)
+{
+    (void)tag;
+    struct fire *f = arg;
+    free(f->what);
+    free(f->url);
+    free(f);
+}
+
+static void fire_done(struct ctl *c, const struct httpc_response *resp, void *arg, intptr_t tag)
+{
+    (void)c;
+    struct fire *f = arg;
+    if (ctl_http_ok(resp))
+        log_info(f->what, LF_INT("instance_id", f->instance_id), LF_STR("url", f->url),
+                 LF_INT("status", resp->status));
+    else
+        log_warn(f->what, LF_INT("instance_id", f->instance_id), LF_STR("url", f->url),
+                 LF_INT("status", resp->status), LF_STR("error", ctl_http_err(resp)));
+    fire_free(f, tag);
+}
+
+void ctl_http_fire(struct ctl *c, const char *method, const char *url, const json_t *body,
+                   int64_t timeout_ms, const char *what, int64_t instance_id)
+{
+    struct fire *f = xcalloc(1, sizeof(*f));
+    f->what = xstrdup(what);
+    f->url = xstrdup(url);
+    f->instance_id = instance_id;
+    ctl_request(c, method, url, body, timeout_ms, fire_done, f, 0, fire_free);
+}
