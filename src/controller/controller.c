@@ -1014,6 +1014,9 @@ static void metrics_setup(struct ctl *c)
     m->isolation_suppressed =
         metrics_counter_new(m->reg, "motor_controller_isolation_suppressed_total",
                             "Heartbeat timeouts cancelled because every node manager answered.");
+    m->coord_restarts =
+        metrics_counter_new(m->reg, "motor_controller_coordinator_restarts_total",
+                            "Coordinator restarts detected by a changed boot id (full set sent).");
 }
 
 /* ---- arguments

@@ -59,6 +59,7 @@ struct ctl_metrics {
     struct metrics_counter *start_ok, *start_failed;
     struct metrics_family *transitions; /* to */
     struct metrics_counter *isolation_suppressed;
+    struct metrics_counter *coord_restarts; /* coordinator restarts seen by boot id */
 };
 
 struct ctl {
@@ -98,6 +99,10 @@ struct ctl {
     bool push_inflight;
     bool push_full_set_queued;
     bool push_dirty; /* the last full set failed: the coordinator's view is unknown */
+    /* The coordinator process (boot_id of its probes and refresh answers; motor
+     * coordinators) whose table our last full set replaced; NULL = not known yet. A
+     * different boot id means it restarted with an empty table: set it again at once. */
+    char *coord_boot_id;
     int coord_lost;
     bool coord_hb_inflight;
     struct reactor_timer push_retry;

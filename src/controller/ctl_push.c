@@ -4,6 +4,13 @@
  * re-queued at once — the next successful coordinator heartbeat retries it, as does the
  * periodic sync and the recovery after two lost coordinator heartbeats).
  *
+ * Restart detection (motor coordinators): their probes and refresh answers carry a
+ * boot_id, random per process start. The boot id that answered our last full set is
+ * remembered; a heartbeat or push answer with another one means the coordinator
+ * restarted — its table is empty — and a full set goes out at once, however quickly it
+ * came back (faster than two heartbeats is invisible to the lost-heartbeat rule).
+ * Coordinators without a boot id (upstream) keep the rules above.
+ *
  * One push is in flight at a time so that add/del reach the coordinator in order. Each
  * instance carries the coordinator's expected view (published, published_sig,
  * published_body), updated when a push is queued: later decisions build on the queue's
@@ -61,6 +68,8 @@ void ctl_push_start(struct ctl *c)
 
 void ctl_push_stop(struct ctl *c)
 {
+    free(c->coord_boot_id);
+    c->coord_boot_id = NULL;
     reactor_timer_stop(c->r, &c->push_retry);
     reactor_timer_stop(c->r, &c->coord_hb_timer);
     reactor_timer_stop(c->r, &c->coord_sync_timer);
@@ -265,6 +274,42 @@ static void set_serving(struct ctl *c, int64_t id, bool on)
         in->ft->serving_published = on;
 }
 
+/* The boot id in a coordinator answer: top-level (probes) or data.boot_id (refresh);
+ * NULL when absent (an upstream coordinator) or malformed. Borrowed from j. */
+static const char *boot_id_of(json_t *j)
+{
+    if (!json_is_object(j))
+        return NULL;
+    json_t *b = json_object_get(j, "boot_id");
+    if (!b) {
+        json_t *d = json_object_get(j, "data");
+        b = json_is_object(d) ? json_object_get(d, "boot_id") : NULL;
+    }
+    const char *s = json_string_value(b);
+    /* Ours are 32 hex digits; anything absurd is ignored rather than trusted. */
+    return s && *s && strlen(s) <= 128 ? s : NULL;
+}
+
+/* A coordinator answered with boot id `boot` (NULL: none). from_set: the answer to a
+ * full set, which is now that process's whole view. */
+static void coord_boot_seen(struct ctl *c, const char *boot, bool from_set, const char *via)
+{
+    if (!boot)
+        return;
+    if (c->coord_boot_id && strcmp(c->coord_boot_id, boot) == 0)
+        return;
+    bool restarted = c->coord_boot_id && !from_set;
+    if (restarted)
+        log_warn("coordinator_restarted", LF_STR("previous_boot_id", c->coord_boot_id),
+                 LF_STR("boot_id", boot), LF_STR("seen_by", via), LF_STR("action", "full set"));
+    free(c->coord_boot_id);
+    c->coord_boot_id = xstrdup(boot);
+    if (restarted && !c->stopping) {
+        metrics_counter_inc(c->m.coord_restarts);
+        ctl_push_full_set(c);
+    }
+}
+
 static void push_done(struct ctl *c, const struct httpc_response *resp, void *arg, intptr_t tag)
 {
     (void)tag;
@@ -276,6 +321,9 @@ static void push_done(struct ctl *c, const struct httpc_response *resp, void *ar
     if (ok) {
         log_info("coordinator_push", LF_STR("push", kind_names[e->kind]),
                  LF_INT("instance_id", e->id), LF_BOOL("ok", true));
+        json_t *j = ctl_http_json(resp);
+        coord_boot_seen(c, boot_id_of(j), e->kind == PUSH_SET, kind_names[e->kind]);
+        json_decref(j);
         if (e->kind == PUSH_ADD)
             set_serving(c, e->id, true);
         else if (e->kind == PUSH_DEL)
@@ -361,6 +409,9 @@ static void coord_hb_done(struct ctl *c, const struct httpc_response *resp, void
     (void)tag;
     c->coord_hb_inflight = false;
     if (ctl_http_ok(resp)) {
+        json_t *j = ctl_http_json(resp);
+        coord_boot_seen(c, boot_id_of(j), false, "heartbeat");
+        json_decref(j);
         if (c->coord_lost >= 2 || c->push_dirty) {
             log_info("coordinator_back", LF_INT("lost_heartbeats", c->coord_lost),
                      LF_BOOL("after_failed_set", c->push_dirty));

@@ -279,9 +279,11 @@ static void status_reply(struct scaledown *s, size_t i, const struct httpc_respo
 
 /* A candidate whose engine answers its FT status itself (healthy, unhealthy, any
  * engine-reported state but `dead`) is alive: node managers also report engines that
- * are merely unhealthy as dead (suicide arbitration), e.g. survivors still recovering
- * from the previous scale-down. Only `dead`, `unknown` (no answer: the process is gone)
- * or no entry keep a candidate. */
+ * are merely unhealthy as dead (suicide arbitration) — upstream ones e.g. survivors still
+ * recovering from the previous scale-down (motor node managers hold arbitration after a
+ * commit until the survivors are healthy; this check stays for the others and for any
+ * other alive-but-abnormal report). Only `dead`, `unknown` (no answer: the process is
+ * gone) or no entry keep a candidate. */
 static void verify_reply(struct scaledown *s, size_t i, const struct httpc_response *resp)
 {
     struct sd_nm *nm = &s->nms[i];

@@ -262,3 +262,66 @@ void ccfg_apply(struct ccfg *c, json_t *root, struct cfg_errors *e)
         }
     }
 }
+
+static json_t *tls_json(const struct ccfg_tls *t)
+{
+    json_t *o = json_pack("{s:b}", "enable_tls", t->enable);
+    if (!t->enable)
+        return o;
+    json_object_set_new(o, "cert_file", t->cert_file ? json_string(t->cert_file) : json_null());
+    json_object_set_new(o, "key_file", t->key_file ? json_string(t->key_file) : json_null());
+    json_object_set_new(o, "ca_file", t->ca_file ? json_string(t->ca_file) : json_null());
+    json_object_set_new(o, "key_password_loaded", json_boolean(t->key_password != NULL));
+    return o;
+}
+
+static json_t *secs(int64_t ms)
+{
+    return json_real((double)ms / 1000.0);
+}
+
+json_t *ccfg_to_json(const struct ccfg *c)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "api_config",
+                        json_pack("{s:s, s:i, s:i, s:I}", "coordinator_api_host", c->host,
+                                  "coordinator_api_infer_port", c->infer_port,
+                                  "coordinator_api_mgmt_port", c->mgmt_port,
+                                  "max_request_body_bytes", (json_int_t)c->max_body));
+    json_object_set_new(
+        o, "scheduler_config",
+        json_pack("{s:s, s:s, s:f, s:b, s:b}", "scheduler_type", c->scheduler_type,
+                  "effective_scheduler",
+                  c->scheduler == CCFG_SCHED_ROUND_ROBIN ? "round_robin" : "load_balance",
+                  "endpoint_instance_score_weight", c->instance_score_weight,
+                  "enable_pd_separation_fallback_to_hybrid", c->pd_fallback_to_hybrid,
+                  "decode_colocation", c->decode_colocation));
+    json_t *ex =
+        json_pack("{s:i, s:o, s:i, s:o, s:o}", "max_retry", c->max_retry, "retry_delay",
+                  secs(c->retry_delay_ms), "circuit_breaker_failure_threshold",
+                  c->breaker_threshold, "circuit_breaker_open_timeout", secs(c->breaker_open_ms),
+                  "circuit_breaker_max_open_timeout", secs(c->breaker_max_open_ms));
+    /* -1 = "as max_retry" (the proxy's rule): show what applies. */
+    json_object_set_new(
+        ex, "transport_max_retry",
+        json_integer(c->transport_max_retry >= 0 ? c->transport_max_retry : c->max_retry));
+    json_object_set_new(o, "exception_config", ex);
+    json_object_set_new(o, "timeout_config",
+                        json_pack("{s:o, s:o, s:o, s:o}", "first_token_timeout",
+                                  secs(c->first_token_timeout_ms), "infer_timeout",
+                                  secs(c->infer_timeout_ms), "upstream_connect_timeout",
+                                  secs(c->connect_timeout_ms), "graceful_shutdown_timeout",
+                                  secs(c->shutdown_grace_ms)));
+    json_object_set_new(o, "api_key_config",
+                        json_pack("{s:b, s:I}", "enable_api_key", c->api_key_enable, "keys",
+                                  (json_int_t)c->n_api_keys));
+    json_object_set_new(o, "mgmt_api_key_config",
+                        json_pack("{s:b, s:b}", "enable_api_key", c->mgmt_key_enable, "key_loaded",
+                                  c->mgmt_key != NULL));
+    json_object_set_new(o, "inference_workers_config",
+                        json_pack("{s:i}", "num_workers", c->workers));
+    json_object_set_new(o, "tls_config",
+                        json_pack("{s:o, s:o}", "infer_tls_config", tls_json(&c->infer_tls),
+                                  "mgmt_tls_config", tls_json(&c->mgmt_tls)));
+    return o;
+}

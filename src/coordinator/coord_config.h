@@ -72,6 +72,12 @@ void ccfg_release(struct ccfg *c);
  * the config (key files) are read here. Errors are recorded in e (nothing aborts). */
 void ccfg_apply(struct ccfg *c, json_t *root, struct cfg_errors *e);
 
+/* The effective configuration as JSON (for --check-config), grouped like the upstream
+ * blocks, durations in seconds. Secrets are never included: key counts and whether a
+ * key / key password was loaded instead. workers is as resolved by the caller (0 = CPU
+ * count). Returns a new reference. */
+json_t *ccfg_to_json(const struct ccfg *c);
+
 /* Read a one-line secret file: the first line without trailing whitespace. Fails with
  * -ENOENT/-EACCES..., -EINVAL (empty), -EFBIG (> 4 KiB). *out is a heap string. */
 int ccfg_read_secret(const char *path, char **out);

@@ -88,6 +88,10 @@ struct coord {
     atomic_uint rr[INST_ROLE_COUNT];
     struct coord_metrics m;
     int64_t start_wall_ms;
+    /* Random per process start (32 hex digits): in the management probes and refresh
+     * answers, so a Controller sees a restart (and an empty table) at its next heartbeat
+     * however fast the restart was. */
+    char boot_id[33];
 
     struct reactor *r; /* management reactor (main thread) */
     struct httpd *mgmt;

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 /* ---- metrics ------------------------------------------------------------------------ */
@@ -192,6 +193,8 @@ static void usage(FILE *out)
             "  --mgmt-port N      management port (default 1026; 0 = ephemeral)\n"
             "  --workers N        inference worker threads (default: CPU count)\n"
             "  --log-level LEVEL  debug, info, warn, error (default info)\n"
+            "  --check-config     print the effective configuration as JSON and exit 0, or\n"
+            "                     every error and exit 1\n"
             "  -h, --help         this text\n\n"
             "The bound ports are logged as {\"event\":\"coordinator_listening\",...}.\n");
 }
@@ -201,15 +204,21 @@ struct cli_args {
     const char *host;
     int port, mgmt_port, workers;
     const char *log_level;
+    bool check;
 };
 
 static int parse_args(int argc, char **argv, struct cli_args *a)
 {
     static const struct option opts[] = {
-        {"config", required_argument, NULL, 'c'},  {"host", required_argument, NULL, 'H'},
-        {"port", required_argument, NULL, 'p'},    {"mgmt-port", required_argument, NULL, 'm'},
-        {"workers", required_argument, NULL, 'w'}, {"log-level", required_argument, NULL, 'l'},
-        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
+        {"config", required_argument, NULL, 'c'},
+        {"host", required_argument, NULL, 'H'},
+        {"port", required_argument, NULL, 'p'},
+        {"mgmt-port", required_argument, NULL, 'm'},
+        {"workers", required_argument, NULL, 'w'},
+        {"log-level", required_argument, NULL, 'l'},
+        {"check-config", no_argument, NULL, 'k'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     a->port = a->mgmt_port = a->workers = -1;
     optind = 1;
@@ -243,6 +252,9 @@ static int parse_args(int argc, char **argv, struct cli_args *a)
             break;
         case 'l':
             a->log_level = optarg;
+            break;
+        case 'k':
+            a->check = true;
             break;
         case 'h':
             usage(stdout);
@@ -301,6 +313,16 @@ static int load_config(struct coord *c, const struct cli_args *a)
         c->cfg.workers = n > 0 ? (int)MOTOR_MIN(n, 64) : 1;
     }
     c->policy = c->cfg.scheduler == CCFG_SCHED_ROUND_ROBIN ? BAL_ROUND_ROBIN : BAL_LEAST_TOKENS;
+    if (a->check) {
+        json_t *j = ccfg_to_json(&c->cfg);
+        json_object_set_new(j, "config_path", path && *path ? json_string(path) : json_null());
+        char *text = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(15));
+        json_decref(j);
+        if (text)
+            printf("%s\n", text);
+        free(text);
+        return 1;
+    }
     if (strcmp(c->cfg.scheduler_type, "kv_cache_affinity") == 0 ||
         strcmp(c->cfg.scheduler_type, "compute_length") == 0)
         log_warn("scheduler_degraded", LF_STR("scheduler_type", c->cfg.scheduler_type),
@@ -384,6 +406,32 @@ static void *worker_thread(void *arg)
 
 /* ---- main --------------------------------------------------------------------------- */
 
+static void make_boot_id(struct coord *c)
+{
+    unsigned char b[16];
+    size_t got = 0;
+    while (got < sizeof(b)) {
+        ssize_t n = getrandom(b + got, sizeof(b) - got, 0);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    if (got < sizeof(b)) {
+        /* getrandom cannot fail for 16 bytes once the pool is ready; never seen, but a
+         * boot id must still differ between two starts: pid and clocks. */
+        uint64_t x = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^ (uint64_t)mono_ms() ^
+                     ((uint64_t)c->start_wall_ms << 20);
+        for (size_t i = 0; i < sizeof(b); i++)
+            b[i] = (unsigned char)(x >> ((i % 8) * 8)) ^ (unsigned char)i;
+    }
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < sizeof(b); i++) {
+        c->boot_id[2 * i] = hex[b[i] >> 4];
+        c->boot_id[2 * i + 1] = hex[b[i] & 15];
+    }
+    c->boot_id[32] = '\0';
+}
+
 static void on_signal(struct reactor *r, int signo, void *arg)
 {
     struct coord *c = arg;
@@ -415,12 +463,15 @@ int coordinator_main(int argc, char **argv)
 
     struct coord *c = xcalloc(1, sizeof(*c));
     int exit_code = 1;
-    if (load_config(c, &a) < 0) {
+    int lrc = load_config(c, &a);
+    if (lrc != 0) {
+        /* < 0: invalid (every error printed); 1: --check-config printed the config. */
         ccfg_release(&c->cfg);
         free(c);
-        return 1;
+        return lrc < 0 ? 1 : 0;
     }
     c->start_wall_ms = wall_ms();
+    make_boot_id(c);
     inst_pub_init(&c->pub);
     struct brk_params bp = {c->cfg.breaker_threshold, c->cfg.breaker_open_ms,
                             c->cfg.breaker_max_open_ms};

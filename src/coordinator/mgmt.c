@@ -48,17 +48,24 @@ void mgmt_publish(struct coord *c)
 
 /* ---- probes ------------------------------------------------------------------------- */
 
-static json_t *probe_body(const char *status, const char *message, bool ready, bool with_ready)
+/* Upstream's fields plus (motor) boot_id and started_at: a Controller compares the boot
+ * id with the one it last pushed a full `set` to, and replaces the table of a
+ * coordinator that restarted (empty) however quickly it came back. */
+static json_t *probe_body(const struct coord *c, const char *status, const char *message,
+                          bool ready, bool with_ready)
 {
     json_t *j = json_pack("{s:s, s:s}", "status", status, "message", message);
     if (with_ready)
         json_object_set_new(j, "ready", json_boolean(ready));
+    json_object_set_new(j, "boot_id", json_string(c->boot_id));
+    json_object_set_new(j, "started_at", json_real((double)c->start_wall_ms / 1000.0));
     return j;
 }
 
 static void h_alive(struct httpd_req *req, void *arg)
 {
-    httpd_respond_json(req, 200, probe_body("ok", "Coordinator is alive", false, false));
+    struct coord *c = arg;
+    httpd_respond_json(req, 200, probe_body(c, "ok", "Coordinator is alive", false, false));
 }
 
 static void h_readiness(struct httpd_req *req, void *arg)
@@ -67,7 +74,7 @@ static void h_readiness(struct httpd_req *req, void *arg)
     struct inst_snapshot *s = inst_pub_get(&c->pub);
     bool ready = coord_ready(s);
     inst_snapshot_unref(s);
-    httpd_respond_json(req, 200, probe_body("ok", "Coordinator is ok", ready, true));
+    httpd_respond_json(req, 200, probe_body(c, "ok", "Coordinator is ok", ready, true));
 }
 
 static void h_root(struct httpd_req *req, void *arg)
@@ -137,10 +144,11 @@ static void refresh_apply(struct mgmt_refresh *f)
     char ts[40], rid[40];
     wall_iso8601(wall_ms(), ts, sizeof(ts));
     snprintf(rid, sizeof(rid), "refresh-%llu", (unsigned long long)c->table.version);
-    json_t *body =
-        json_pack("{s:s, s:s, s:s, s:{s:s, s:s, s:I}}", "request_id", rid, "status", "success",
-                  "message", "Instance refresh completed", "data", "timestamp", ts, "event_type",
-                  inst_event_name(f->r.ev), "instance_count", (json_int_t)f->r.n);
+    /* data.boot_id (motor): which coordinator process now holds this view. */
+    json_t *body = json_pack("{s:s, s:s, s:s, s:{s:s, s:s, s:I, s:s}}", "request_id", rid, "status",
+                             "success", "message", "Instance refresh completed", "data",
+                             "timestamp", ts, "event_type", inst_event_name(f->r.ev),
+                             "instance_count", (json_int_t)f->r.n, "boot_id", c->boot_id);
     httpd_req_on_close(f->req, NULL, NULL);
     httpd_respond_json(f->req, 200, body);
     f->req = NULL;

@@ -264,6 +264,7 @@ static void arb_tick(struct reactor *r, void *arg)
     struct nodemgr *nm = arg;
     if (nm->shutting_down || nm->n_eps == 0)
         return;
+    nm_ft_before_arbitration(nm);
     int64_t now = mono_ms();
     /* Fix of §12.8: the grace period also ends when the startup window is over, so an
      * engine that hangs while loading counts as abnormal instead of blocking forever. */

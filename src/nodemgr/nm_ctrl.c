@@ -78,6 +78,14 @@ static void ctrl_post(struct nodemgr *nm, const char *path, json_t *body, int64_
     free(text);
 }
 
+/* Shutting down, or told to stop (POST /node-manager/stop accepted): the Controller must
+ * hear nothing more from us — no heartbeat (it would carry the statuses of engines we
+ * are taking down ourselves), no registration, no fault report. */
+static bool ctrl_silenced(const struct nodemgr *nm)
+{
+    return nm->shutting_down || nm->exiting;
+}
+
 static bool status_2xx(const struct httpc_response *resp)
 {
     return resp->error == 0 && resp->status >= 200 && resp->status < 300;
@@ -276,7 +284,7 @@ static void on_register_done(struct nodemgr *nm, const struct httpc_response *re
     log_warn("register_failed", LF_STR("controller", ct->base_url), LF_STR("error", why),
              LF_INT("attempt", ct->register_attempts),
              LF_INT("retry_in_ms", ct->register_backoff_ms));
-    if (!nm->shutting_down && !ct->registered) {
+    if (!ctrl_silenced(nm) && !ct->registered) {
         nm_timer_start(nm->r, &ct->register_timer, register_retry, nm, ct->register_backoff_ms, 0);
     }
 }
@@ -284,7 +292,7 @@ static void on_register_done(struct nodemgr *nm, const struct httpc_response *re
 static void register_send(struct nodemgr *nm)
 {
     struct nm_ctrl *ct = &nm->ctrl;
-    if (nm->shutting_down || ct->registered || ct->register_inflight)
+    if (ctrl_silenced(nm) || ct->registered || ct->register_inflight)
         return;
     ct->register_inflight = true;
     ct->register_attempts++;
@@ -329,8 +337,8 @@ static void reregister_send(struct nodemgr *nm)
 {
     struct nm_ctrl *ct = &nm->ctrl;
     const struct nm_config *cfg = nm->cfg;
-    if (ct->reregister_inflight || !nm->launch || nm->launch->n_endpoints == 0 ||
-        nm->launch->instance_id <= 0)
+    if (ctrl_silenced(nm) || ct->reregister_inflight || !nm->launch ||
+        nm->launch->n_endpoints == 0 || nm->launch->instance_id <= 0)
         return;
     struct wire_reregister m = {0};
     m.job_name = xstrdup(cfg->job_name ? cfg->job_name : "");
@@ -428,7 +436,7 @@ static void hb_tick(struct reactor *r, void *arg)
     (void)r;
     struct nodemgr *nm = arg;
     struct nm_ctrl *ct = &nm->ctrl;
-    if (nm->shutting_down || !nm->launch)
+    if (ctrl_silenced(nm) || !nm->launch)
         return;
     /* One heartbeat at a time: a slow Controller gets the next one when it has answered
      * (or timed out) instead of a pile of stale ones. */
@@ -445,7 +453,7 @@ static void hb_tick(struct reactor *r, void *arg)
 void nm_ctrl_heartbeat_start(struct nodemgr *nm)
 {
     struct nm_ctrl *ct = &nm->ctrl;
-    if (!ct->enabled || nm->shutting_down)
+    if (!ct->enabled || ctrl_silenced(nm))
         return;
     int64_t iv = nm_heartbeat_interval_ms(nm);
     if (!ct->hb_started) {
@@ -532,7 +540,7 @@ void nm_ctrl_report_fault(struct nodemgr *nm, struct wire_fault_report *rep, nm_
     rc->arg = arg;
     rc->free_arg = free_arg;
     rc->engine_id = rep->engine_id;
-    if (!nm->ctrl.enabled || nm->shutting_down) {
+    if (!nm->ctrl.enabled || ctrl_silenced(nm)) {
         wire_fault_report_release(rep);
         /* Nobody to tell: "not accepted", from the loop so callers see one order. */
         struct deferred_report *d = xcalloc(1, sizeof(*d));

@@ -32,7 +32,10 @@
  *             commit: every retired id must be an endpoint of this pod (502 otherwise,
  *             nothing changed), then all are retired at once (nm_engine_retire: out of
  *             heartbeats, probes, arbitration, death reports; and out of FT polling);
- *             then (commit or abort) the owner is cleared and the guard freeze lifted.
+ *             then (commit or abort) the owner is cleared. Abort lifts the guard freeze
+ *             at once; commit keeps it until no survivor is abnormal in the node
+ *             manager's own view, bounded by the rest of the lease (at least one probe
+ *             round plus one arbitration round): "settling", see commit_settle_begin.
  * status/apply answer asynchronously: the request is suspended until every engine
  * answered or timed out; a client that goes away cancels the fan-out.
  * GET /node-manager/fault-tolerance shows the manager's state (Motor addition). */
@@ -192,6 +195,10 @@ struct nm_ft {
     size_t n_eps, cap_eps;
     char *guard_owner; /* request id owning the guard, NULL = none */
     char *last_finalized;
+    /* After a commit the guard's freeze is kept until no survivor is abnormal in our own
+     * view (or settle_until_ms): see commit_settle_begin. */
+    bool settling;
+    int64_t settle_until_ms;
     struct ft_call *calls; /* proxy fan-outs in flight */
 
     struct metrics_counter *polls_ok, *polls_failed, *polls_404;
@@ -952,12 +959,64 @@ static void h_guard(struct httpd_req *req, void *arg)
     free(ft->guard_owner);
     ft->guard_owner = r.request_id;
     r.request_id = NULL;
+    /* A new transaction owns the freeze from now on; a commit still settling must not
+     * lift it. */
+    ft->settling = false;
     int64_t lease_ms = (int64_t)(r.lease_sec * 1000.0 + 0.5);
     nm_freeze(nm, NM_FREEZE_FT_GUARD, lease_ms < 1 ? 1 : lease_ms, "ft guard");
     log_info("ft_guarded", LF_STR("request_id", ft->guard_owner), LF_DBL("lease_sec", r.lease_sec),
              LF_BOOL("renewed", renew));
     wire_ft_guard_req_release(&r);
     httpd_respond_json(req, 200, json_pack("{s:s}", "status", "guarded"));
+}
+
+/* Any survivor (not retired, not waiting for a local restart: what arbitration counts)
+ * abnormal in the node manager's own view. */
+static bool survivor_abnormal(const struct nodemgr *nm)
+{
+    for (size_t i = 0; i < nm->n_eps; i++) {
+        const struct nm_endpoint *e = nm->eps[i];
+        if (!e->retired && !e->restart_pending && e->status == WIRE_EP_ABNORMAL)
+            return true;
+    }
+    return false;
+}
+
+/* The Controller commits once the survivors' FT status is healthy (§8.2 step 6), but our
+ * endpoint statuses come from /health probes, which lag that by up to a probe round (and
+ * a real engine's /health may lag its FT status): right after the commit the survivors
+ * can still be `abnormal` here. Lifting the guard's freeze at once (upstream) lets the
+ * next arbitration round report those recovering survivors as EngineDeadError, a bogus
+ * second fault episode. So after a commit the guard's freeze stays until no survivor is
+ * abnormal in our view (checked right before each arbitration round). It stays bounded
+ * by the window the Controller asked for — what is left of the guard's lease, sized by
+ * the Controller to cover the transaction including the survivors' recovery — and at
+ * least what our view can lag (a probe period, the probe's timeout and retries, one
+ * arbitration round); at the deadline arbitration counts the survivors again. The owner
+ * is cleared at once: a new transaction may guard meanwhile and takes the freeze over.
+ * Deaths (pidfd) and FT-poll faults are reported throughout, as before. */
+static void commit_settle_begin(struct nm_ft *ft)
+{
+    struct nodemgr *nm = ft->nm;
+    if (!survivor_abnormal(nm)) {
+        ft->settling = false;
+        nm_unfreeze(nm, NM_FREEZE_FT_GUARD, "ft finalize commit");
+        return;
+    }
+    const struct nm_health *h = &nm->cfg->health;
+    int attempts = h->health_collector_timeout_retry_attempts > 0
+                       ? h->health_collector_timeout_retry_attempts
+                       : 1;
+    int64_t lag_ms = nm_probe_period_ms(nm) +
+                     (int64_t)h->health_collector_timeout * 1000 * attempts +
+                     nm_heartbeat_interval_ms(nm);
+    int64_t left = guard_left_ms(nm);
+    if (left < lag_ms)
+        nm_freeze(nm, NM_FREEZE_FT_GUARD, lag_ms, "ft commit: survivors still recovering");
+    ft->settling = true;
+    ft->settle_until_ms = nm->arb.freeze_until[NM_FREEZE_FT_GUARD];
+    log_info("ft_commit_settling", LF_INT("max_ms", left > lag_ms ? left : lag_ms),
+             LF_STR("why", "survivors still abnormal in the node manager's view"));
 }
 
 static void h_finalize(struct httpd_req *req, void *arg)
@@ -1017,7 +1076,10 @@ static void h_finalize(struct httpd_req *req, void *arg)
     free(ft->last_finalized);
     ft->last_finalized = ft->guard_owner;
     ft->guard_owner = NULL;
-    nm_unfreeze(nm, NM_FREEZE_FT_GUARD, r.commit ? "ft finalize commit" : "ft finalize abort");
+    if (r.commit)
+        commit_settle_begin(ft);
+    else
+        nm_unfreeze(nm, NM_FREEZE_FT_GUARD, "ft finalize abort");
     httpd_respond_json(req, 200, json_pack("{s:s}", "status", r.commit ? "committed" : "aborted"));
     wire_ft_finalize_req_release(&r);
 }
@@ -1036,6 +1098,7 @@ static void h_state(struct httpd_req *req, void *arg)
     json_object_set_new(o, "guard_owner",
                         ft->guard_owner ? json_string(ft->guard_owner) : json_null());
     json_object_set_new(o, "guard_left_seconds", json_real((double)guard_left_ms(nm) / 1000.0));
+    json_object_set_new(o, "commit_settling", json_boolean(ft->settling));
     json_t *eps = json_array();
     for (size_t i = 0; i < nm->n_eps; i++) {
         struct nm_endpoint *e = nm->eps[i];
@@ -1156,7 +1219,30 @@ void nm_ft_endpoints_reset(struct nodemgr *nm)
     drop_state(ft);
     ft->started = false;
     ft->paused = false;
+    /* A new start command begins a new story (arbitration resets on the generation). */
+    if (ft->settling) {
+        ft->settling = false;
+        nm_unfreeze(nm, NM_FREEZE_FT_GUARD, "new start command");
+    }
     ft_update(ft, "new start command");
+}
+
+void nm_ft_before_arbitration(struct nodemgr *nm)
+{
+    struct nm_ft *ft = nm->ft;
+    if (!ft || !ft->settling)
+        return;
+    if (!survivor_abnormal(nm)) {
+        ft->settling = false;
+        log_info("ft_commit_settled", LF_STR("why", "no survivor abnormal"));
+        nm_unfreeze(nm, NM_FREEZE_FT_GUARD, "ft commit: survivors recovered");
+    } else if (mono_ms() >= ft->settle_until_ms) {
+        /* The freeze ran out by itself: arbitration counts the survivors again. */
+        ft->settling = false;
+        log_warn("ft_commit_settle_expired",
+                 LF_STR("why", "survivors still abnormal after the post-commit window"));
+        nm_unfreeze(nm, NM_FREEZE_FT_GUARD, "ft commit: post-commit window over");
+    }
 }
 
 void nm_ft_config_updated(struct nodemgr *nm)

@@ -529,6 +529,9 @@ void nm_ft_resume(struct nodemgr *nm);
 void nm_ft_endpoints_reset(struct nodemgr *nm);
 /* The config was reloaded (start/stop polling on an enable flip). */
 void nm_ft_config_updated(struct nodemgr *nm);
+/* Right before each arbitration round: ends the post-commit freeze of a DP scale-down
+ * once no survivor is abnormal (or its bounded window is over). */
+void nm_ft_before_arbitration(struct nodemgr *nm);
 /* Shutdown: stop polling. */
 void nm_ft_stop(struct nodemgr *nm);
 

@@ -564,6 +564,13 @@ void nm_launch_handle_stop(struct nodemgr *nm, struct httpd_req *req)
     }
     log_info("stop_requested", LF_STR("peer", httpd_req_peer(req)));
     nm->exiting = true;
+    /* From the moment the stop is accepted the Controller hears nothing more from us: it
+     * has written this pod off, and heartbeats would keep reporting the engines we are
+     * stopping (their last probed status) for the whole grace. Arbitration and FT polling
+     * end too: the engines going down now is what was asked for, not a fault. */
+    nm_ctrl_stop(nm);
+    nm_arb_stop(nm);
+    nm_ft_stop(nm);
     nm->wait_kind = NM_WAIT_NONE;
     reactor_timer_stop(nm->r, &nm->wait_timer);
     nm->stop_req = req;

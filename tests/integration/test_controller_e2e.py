@@ -167,3 +167,41 @@ def test_relaunch_that_cannot_proceed_escalates(procs, tmpdir_path, coord):
         assert iid not in coord.routable()
     finally:
         other.proc.signal(signal.SIGCONT)
+
+
+def test_coordinator_restart_gets_the_instances_back_at_once(procs, tmpdir_path):
+    """Regression: a coordinator that restarted faster than two controller heartbeats
+    stayed empty until the periodic set (coordinator_set_sync_interval, 300 s by default;
+    off here). Its boot_id changes with every start; the controller sees that at its next
+    heartbeat and pushes a full set."""
+    co = procs.motor("coordinator", "--port", 0, "--mgmt-port", 0, "--workers", 1,
+                     name="coordinator")
+    ev = co.wait_event("coordinator_listening", timeout=15)
+    infer, mgmt = int(ev["infer_port"]), int(ev["mgmt_port"])
+    url = f"http://127.0.0.1:{mgmt}"
+    c = Controller(procs, controller_config(
+        tmpdir_path, mgmt, event={"coordinator_heartbeat_interval": 1,
+                                  "coordinator_set_sync_interval": 0}))
+    sim_nm(procs, tmpdir_path, c.port, "job-cr", name="nm")
+    iid = wait_active(c, "job-cr")
+
+    def ids() -> set:
+        st, body = call("GET", url + "/instances")
+        return {i["id"] for i in body["instances"]} if st == 200 else set()
+    motorlib.wait_for(lambda: ids() == {iid}, 10, what="published")
+    st, live = call("GET", url + "/liveness")
+    assert st == 200 and live["status"] == "ok" and len(live["boot_id"]) == 32, live
+    first_boot = live["boot_id"]
+
+    co.kill()
+    co.wait(5)
+    co2 = procs.motor("coordinator", "--port", infer, "--mgmt-port", mgmt, "--workers", 1,
+                      name="coordinator-2")
+    co2.wait_event("coordinator_listening", timeout=15)
+    st, live = call("GET", url + "/liveness")
+    assert st == 200 and live["boot_id"] != first_boot, live
+    # Within a heartbeat or two, not at a periodic sync (there is none).
+    motorlib.wait_for(lambda: ids() == {iid}, 5, what="instances back after the restart")
+    ev = c.proc.wait_event("coordinator_restarted", timeout=1)
+    assert ev["previous_boot_id"] == first_boot and ev["boot_id"] == live["boot_id"]
+    assert not c.proc.find_events("coordinator_unreachable")  # two heartbeats never failed

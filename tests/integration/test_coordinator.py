@@ -1,12 +1,15 @@
 """motor coordinator: union routing, the OpenAI surface (stream and non-stream), probes,
-metrics, inference API keys, no-instance and unknown-model answers, graceful stop."""
+metrics, inference API keys, no-instance and unknown-model answers, graceful stop,
+--check-config."""
 
 import json
+import os
 import signal
+import subprocess
 
 from coord_helpers import (stop_clean, FAST, ext_instance, metric_value, openai_error, sim_served,
                            start_coordinator)
-from motorlib import SSEStream, get, post, start_sim, wait_for
+from motorlib import SSEStream, get, motor_bin, post, start_sim, wait_for
 
 
 def test_union_routing_stream_and_non_stream(procs, tmpdir_path):
@@ -177,3 +180,68 @@ def test_graceful_stop_and_bad_config(procs, tmpdir_path):
                     extra_env={"USER_CONFIG_PATH": bad})
     assert p.wait(10) == 1
     assert wait_for(lambda: "max_retry" in p.output(), 5)
+
+
+def test_check_config(procs, tmpdir_path):
+    """--check-config: every error and exit 1, or the effective configuration as JSON and
+    exit 0, with command-line overrides applied and no secret printed."""
+    def check(*args, env=None):
+        e = dict(os.environ)
+        e.update(env or {})
+        return subprocess.run([motor_bin(), "coordinator", "--check-config", *args],
+                              capture_output=True, text=True, timeout=30, env=e)
+
+    bad = f"{tmpdir_path}/bad.json"
+    with open(bad, "w") as f:
+        json.dump({"motor_coordinator_config": {
+            "api_config": {"coordinator_api_mgmt_port": 70000},
+            "exception_config": {"max_retry": "x"},
+            "timeout_config": {"infer_timeout": -1},
+            "mgmt_api_key_config": {"enable_api_key": True}}}, f)
+    r = check("--config", bad)
+    assert r.returncode == 1, r
+    assert r.stdout == ""
+    for key in ("api_config.coordinator_api_mgmt_port", "exception_config.max_retry",
+                "timeout_config.infer_timeout", "mgmt_api_key_config.api_key_file"):
+        assert key in r.stderr, (key, r.stderr)
+
+    keyfile = f"{tmpdir_path}/mgmt.key"
+    with open(keyfile, "w") as f:
+        f.write("very-secret-mgmt-key\n")
+    good = f"{tmpdir_path}/good.json"
+    with open(good, "w") as f:
+        json.dump({"motor_coordinator_config": {
+            "api_config": {"coordinator_api_infer_port": 31025,
+                           "coordinator_api_mgmt_port": 31026},
+            "scheduler_config": {"scheduler_type": "kv_cache_affinity"},
+            "exception_config": {"max_retry": 2, "retry_delay": 0.5},
+            "api_key_config": {"enable_api_key": True, "api_keys": ["sk-one", "sk-two"]},
+            "mgmt_api_key_config": {"enable_api_key": True, "api_key_file": keyfile},
+            "inference_workers_config": {"num_workers": 3}}}, f)
+    r = check("--config", good, "--mgmt-port", "0", "--host", "127.0.0.9",
+              env={"POD_IP": "10.0.0.1"})
+    assert r.returncode == 0, r.stderr
+    eff = json.loads(r.stdout)
+    assert eff["config_path"] == good
+    assert eff["api_config"] == {"coordinator_api_host": "127.0.0.9",
+                                 "coordinator_api_infer_port": 31025,
+                                 "coordinator_api_mgmt_port": 0,
+                                 "max_request_body_bytes": 16 << 20}
+    assert eff["scheduler_config"]["scheduler_type"] == "kv_cache_affinity"
+    assert eff["scheduler_config"]["effective_scheduler"] == "load_balance"
+    assert eff["exception_config"]["max_retry"] == 2
+    assert eff["exception_config"]["transport_max_retry"] == 2
+    assert eff["exception_config"]["retry_delay"] == 0.5
+    assert eff["timeout_config"]["infer_timeout"] == 3600
+    assert eff["api_key_config"] == {"enable_api_key": True, "keys": 2}
+    assert eff["mgmt_api_key_config"] == {"enable_api_key": True, "key_loaded": True}
+    assert eff["inference_workers_config"]["num_workers"] == 3
+    for secret in ("sk-one", "sk-two", "very-secret-mgmt-key"):
+        assert secret not in r.stdout and secret not in r.stderr
+    # The environment feeds the defaults as for a start.
+    r = check(env={"POD_IP": "10.0.0.1", "USER_CONFIG_PATH": "", "CONFIG_PATH": ""})
+    assert r.returncode == 0, r.stderr
+    eff = json.loads(r.stdout)
+    assert eff["config_path"] is None
+    assert eff["api_config"]["coordinator_api_host"] == "10.0.0.1"
+    assert eff["inference_workers_config"]["num_workers"] >= 1

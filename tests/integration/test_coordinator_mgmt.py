@@ -142,7 +142,14 @@ def test_management_key(procs, tmpdir_path):
     for path in ("/liveness", "/startup", "/readiness", "/health"):
         assert get(c.mgmt + path).status == 200, path
     ready = get(c.mgmt + "/readiness").json()
+    # upstream's fields, plus the (motor) boot id a controller uses to see restarts
+    boot = ready.pop("boot_id")
+    assert isinstance(ready.pop("started_at"), float)
     assert ready == {"status": "ok", "message": "Coordinator is ok", "ready": False}
+    assert len(boot) == 32 and int(boot, 16) >= 0
+    assert get(c.mgmt + "/liveness").json()["boot_id"] == boot
+    r = c.refresh(body, key="top-secret")
+    assert r.status == 200 and r.json()["data"]["boot_id"] == boot
     # the inference port is not protected by the management key
     assert get(c.url + "/v1/models").status == 200
     assert http("DELETE", c.mgmt + "/instances", headers={

@@ -204,7 +204,9 @@ def test_status_apply_commit_retires(procs, tmpdir_path, ctl):
     assert r.status == 200 and r.json() == {"status": "committed"}, r
     assert nm.endpoint(0)["retired"] is True and nm.endpoint(1)["retired"] is False
     assert ft_state(nm)["guard_owner"] is None
-    nm.wait_event("suicide_unfrozen", cause="ft_guard", why="ft finalize commit", timeout=2)
+    # The guard's freeze is lifted at once, or (the node manager's probes may not have
+    # seen the survivor healthy yet) as soon as they do.
+    nm.wait_event("suicide_unfrozen", cause="ft_guard", timeout=5)
     # Heartbeats carry the survivor only (from the next one on).
     n_hb = ctl.count("/controller/heartbeat")
     hb = ctl.wait_request("/controller/heartbeat", after=n_hb, timeout=5)
@@ -230,3 +232,74 @@ def test_status_apply_commit_retires(procs, tmpdir_path, ctl):
     assert len(reports_for(0)) == before, [r.body for r in reports_for(0)]
     assert not nm.find_events("engine_death_reporting", endpoint_id=0)
     assert nm.alive()
+
+
+def test_commit_waits_for_recovering_survivors(procs, tmpdir_path, ctl):
+    """Regression: a finalize commit lifted the guard freeze at once, so the next
+    arbitration round reported survivors whose /health had not recovered yet (the node
+    manager's probes lag the FT status the Controller checked before committing) as
+    EngineDeadError. After a commit the guard freeze now lasts until no survivor is
+    abnormal (bounded), then arbitration is live again."""
+    master_port = motorlib.free_port()
+    cfg = nm_config(controller_port=ctl.port, controller_ft=PROXY_ON, endpoints=2,
+                    engine_config={"data_parallel_size": 2, "enable_fault_tolerance": True,
+                                   "data_parallel_master_port": master_port,
+                                   "ft_recover_ms": 1500},
+                    health={"health_collector_timeout_retry_attempts": 1},
+                    # accepted reports must not freeze: only the guard's freeze is tested
+                    ft={"container_restart_managed": False, "enable_engine_relaunch": False})
+    nm = start_nm(procs, write_json(os.path.join(tmpdir_path, "c.json"), cfg))
+    ctl.wait_request("/controller/register", timeout=5)
+    body = start_body(cfg, instance_id=4)
+    assert nm.post("/node-manager/start", body).status == 200
+    nm.wait_ready()
+    ports = [int(ep["business_port"]) for ep in body["endpoints"]]
+    nm.wait_event("sim_dp_group_formed", timeout=10)
+
+    def arb_reports(eid):
+        return [r for r in ctl.of("/controller/report_software_fault")
+                if r.body and r.body.get("engine_id") == eid and
+                (r.body.get("additional_info") or {}).get("source") == "arbitration"]
+
+    assert nm.post(FT + "/guard", {"request_id": "sd-1", "lease_sec": 60}).status == 200
+    sim_fault(ports[0], "ft_dead")
+    sim_fault(ports[1], "unhealthy")
+    motorlib.wait_for(lambda: nm.endpoint(1)["status"] == "abnormal", timeout=5,
+                      what="survivor abnormal in the node manager's view")
+    params = {"removed_dp_ranks": [0], "dp_master_ip": "127.0.0.1", "dp_master_rank": 1}
+    r = nm.post(FT + "/apply", {"endpoint_ids": [1], "instruction": "scale_down",
+                                "params": params, "request_id": "sd-1"})
+    assert r.status == 200, r
+    # Commit while the survivor still recovers (its /health answers 503 for 1.5 s): the
+    # node manager's view of it is still abnormal, as right after a real commit.
+    r = nm.post(FT + "/finalize", {"request_id": "sd-1", "retired_endpoint_ids": [0],
+                                   "commit": True, "dp_master_rank": 1})
+    assert r.status == 200 and r.json() == {"status": "committed"}, r
+    assert ft_state(nm)["guard_owner"] is None
+    assert nm.engines()["frozen"] is True
+    assert ft_state(nm)["commit_settling"] is True
+    nm.wait_event("ft_commit_settled", timeout=10)
+    assert nm.endpoint(1)["status"] == "normal"
+    assert nm.engines()["frozen"] is False
+    # Several arbitration rounds went by while the survivor was abnormal: none reported it.
+    assert arb_reports(1) == [], [r.body for r in arb_reports(1)]
+    assert not nm.find_events("endpoint_abnormal_reporting", endpoint_id=1)
+
+    # Arbitration is live again: a real fault of the survivor is reported.
+    sim_fault(ports[1], "unhealthy")
+    nm.wait_event("endpoint_abnormal_reporting", endpoint_id=1, timeout=5)
+    motorlib.wait_for(lambda: arb_reports(1), timeout=5, what="arbitration report")
+
+    # A survivor that never comes back does not keep arbitration frozen: the post-commit
+    # window is bounded by the rest of the lease (at least probe period + probe timeout +
+    # one round, here about 1.4 s).
+    assert nm.post(FT + "/guard", {"request_id": "sd-2", "lease_sec": 2}).status == 200
+    r = nm.post(FT + "/finalize", {"request_id": "sd-2", "retired_endpoint_ids": [],
+                                   "commit": True})
+    assert r.status == 200, r
+    assert nm.engines()["frozen"] is True
+    nm.wait_event("ft_commit_settle_expired", timeout=10)
+    assert nm.engines()["frozen"] is False
+    assert ft_state(nm)["commit_settling"] is False
+    nm.wait_event("arbitration_abnormal", after=len(nm.find_events("arbitration_abnormal")),
+                  timeout=5)

@@ -224,3 +224,44 @@ def test_fake_sglang_argv_end_to_end(procs, tmpdir_path):
     assert flag(argv, "--disaggregation-mode") == "prefill"
     assert "--kv-transfer-config" not in argv
     assert env_seen["SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"] == "true"
+
+
+def test_stop_silences_heartbeats_at_once_and_exits(procs, tmpdir_path):
+    """Regression: after POST /node-manager/stop was accepted the node manager kept
+    heartbeating (engines reported stopping/abnormal) until it exited. Heartbeats stop the
+    moment the stop is accepted, the engines are stopped, and the node manager exits 255
+    0.5 s after its answer."""
+    ctl = FakeController()
+    try:
+        # An engine whose group outlives SIGTERM (the shell ignores it): the stop takes
+        # the whole grace (stop_grace_seconds 2), which is when heartbeats used to go on.
+        tmpl = ["/bin/sh", "-c",
+                "trap '' TERM; \"$MOTOR_BIN\" engine-sim --host {host} --port {port} "
+                "--model demo & while :; do sleep 0.1; done"]
+        cfg = nm_config(controller_port=ctl.port, engine_type="cmd",
+                        engine_config={"model": "demo"})
+        cfg["motor_engine_union_config"]["engine_command"] = tmpl
+        nm = start_nm(procs, write_json(os.path.join(tmpdir_path, "c.json"), cfg))
+        ctl.wait_request("/controller/register", timeout=5)
+        assert nm.post("/node-manager/start", start_body(cfg)).status == 200
+        nm.wait_ready()
+        ctl.wait_request("/controller/heartbeat", timeout=5)
+        pid = nm.endpoint()["pid"]
+        t_stop = time.monotonic()
+        r = nm.post("/node-manager/stop", timeout=10)
+        t_answer = time.monotonic()
+        assert r.status == 200, r
+        assert t_answer - t_stop >= 1.5  # the engine group took the grace
+        # At most one heartbeat that was already on its way when the stop arrived (one
+        # every 0.2 s went on for the whole 2 s grace before the fix).
+        late = [h for h in ctl.of("/controller/heartbeat") if h.t > t_stop]
+        assert len(late) <= 1 and all(h.t < t_stop + 0.5 for h in late), \
+            [(round(h.t - t_stop, 3), h.body) for h in late]
+        assert not [x for x in ctl.of("/controller/register") if x.t > t_stop]
+        assert nm.proc.wait(timeout=5) == 255
+        assert time.monotonic() - t_answer < 2.5
+        motorlib.assert_no_process(pid, timeout=5)
+        assert not nm.find_events("engine_death_reporting")
+        assert not ctl.of("/controller/report_software_fault")
+    finally:
+        ctl.close()
