@@ -54,6 +54,7 @@ def main() -> int:
     signal.signal(signal.SIGHUP, interrupted)
 
     t0 = time.monotonic()
+    load_start = os.getloadavg()
     C.log(f"motor: {ctx.motor}; mode {'quick' if ctx.quick else 'full'}, {ctx.reps} "
           f"repetition(s); commands: {', '.join(sorted(ctx.motor_cmds)) or 'none'}")
     from lib import procev
@@ -85,7 +86,10 @@ def main() -> int:
     if wrk.nginx_version():
         versions["nginx"] = wrk.nginx_version()
     meta = {"host": report.host_info(), "versions": versions, "settings": ctx.settings(),
-            "seconds": timings, "restart_method": None if not why else f"/proc polling ({why})"}
+            "seconds": timings, "restart_method": None if not why else f"/proc polling ({why})",
+            # the machine is shared: say how busy it was (1/5/15-minute load averages)
+            "loadavg": {"start": [round(x, 2) for x in load_start],
+                        "end": [round(x, 2) for x in os.getloadavg()]}}
     out = Path(os.environ.get("BENCH_OUT") or Path(__file__).resolve().parent)
     out.mkdir(parents=True, exist_ok=True)
     md = report.write(rows, str(out / "results.md"), str(out / "results.json"), meta)

@@ -86,7 +86,11 @@ def _ratio(r: Row) -> str:
     q = r.ratio
     if q is None:
         return "—"
-    return f"×{q:.2f}" if q < 100 else f"×{q:.0f}"
+    if q >= 100:
+        return f"×{q:.0f}"
+    if q >= 0.1:
+        return f"×{q:.2f}"
+    return f"×{q:.2g}"  # e.g. ×0.0011: two significant digits, not ×0.00
 
 
 def markdown(rows: list[Row], header: str = "") -> str:
@@ -159,6 +163,11 @@ def write(rows: list[Row], md_path: str, json_path: str, meta: dict) -> str:
     md = markdown(rows, header)
     vers = ", ".join(f"{k} {v}" for k, v in meta.get("versions", {}).items() if v)
     md += f"\nVersions: {vers}.\n"
+    la = meta.get("loadavg")
+    if la:
+        md += (f"\nLoad average (1/5/15 min) at the start: {' / '.join(map(str, la['start']))}"
+               f"; at the end: {' / '.join(map(str, la['end']))} (other work shares the "
+               f"machine).\n")
     with open(md_path, "w") as f:
         f.write(md)
     doc = {**meta, "generated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -166,6 +166,9 @@ def run(ctx: Ctx) -> list[Row]:
                   f"engine_type cmd with the same argv as the peers.")
     if backoff_note:
         tuned_note += f" Not 0 because {backoff_note}: every Motor restart waits that long."
+    elif backoff == 0:
+        tuned_note += (" Backoff 0 = restart at once: the node manager arms its restart "
+                       "timer with its 1 ms floor (nm_backoff_next).")
     default_note = ("Motor default: the shipped local-policy backoff (restart_backoff_initial_sec"
                     " 1 s, doubling to 60 s); each service killed once per run.")
 

@@ -39,7 +39,7 @@ def versions(motor: str) -> dict:
                                       timeout=5).stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
         out["motor"] = None
-    for pkg in ("s6", "runit", "supervisor", "nginx", "wrk"):
+    for pkg in ("s6", "runit", "supervisor", "nginx", "wrk", "monit"):
         try:
             r = subprocess.run(["dpkg-query", "-W", "-f=${Version}", pkg], capture_output=True,
                                text=True, timeout=5)
@@ -183,6 +183,9 @@ class Runit(Supervisor):
 class Supervisord(Supervisor):
     name = "supervisord"
     label = "supervisord"
+    # more sections appended to the generated supervisord.conf (e.g. an [eventlistener:x]
+    # in bench/nm_death_latency.py); set on the instance before start()
+    extra_conf: list[str] = []
 
     @staticmethod
     def available():
@@ -205,9 +208,10 @@ class Supervisord(Supervisor):
                       "stopwaitsecs=2", "redirect_stderr=true",
                       f"stdout_logfile={t}/svc{i}.log", "stdout_logfile_maxbytes=1MB",
                       "stdout_logfile_backups=0", ""]
+        lines += list(self.extra_conf)
         conf = self.sess.path("supervisord.conf")
         with open(conf, "w") as f:
-            f.write("\n".join(lines))
+            f.write("\n".join(lines) + "\n")
         holder = {}
         sess = self.sess
 

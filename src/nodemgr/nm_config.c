@@ -354,10 +354,12 @@ static void apply_nm_block(struct loader *L, json_t *blk)
         cfg_get_enum(blk, "restart_policy",
                      c->restart_policy == NM_RESTART_LOCAL ? "local" : "controller", policies, e);
     c->restart_policy = strcmp(pol, "local") == 0 ? NM_RESTART_LOCAL : NM_RESTART_CONTROLLER;
+    /* 0 = restart at once (the timer's 1 ms floor, nm_backoff_next); storms are bounded by
+     * restart_start_limit, not by a minimum delay. */
     c->restart_backoff_initial_sec = cfg_get_double(blk, "restart_backoff_initial_sec",
-                                                    c->restart_backoff_initial_sec, 0.01, 3600, e);
+                                                    c->restart_backoff_initial_sec, 0, 3600, e);
     c->restart_backoff_max_sec =
-        cfg_get_double(blk, "restart_backoff_max_sec", c->restart_backoff_max_sec, 0.01, 86400, e);
+        cfg_get_double(blk, "restart_backoff_max_sec", c->restart_backoff_max_sec, 0, 86400, e);
     c->restart_reset_after_sec =
         cfg_get_double(blk, "restart_reset_after_sec", c->restart_reset_after_sec, 1, 604800, e);
     c->restart_start_limit =

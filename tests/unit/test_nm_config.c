@@ -564,6 +564,23 @@ static void test_motor_additions(void **state)
     unlink(kf);
     rmdir(dir);
     free(kf);
+
+    /* backoff 0: restart at once (no 10 ms floor); negative is still rejected */
+    c = from_text("{'motor_nodemanger_config':{'restart_policy':'local',"
+                  "'restart_backoff_initial_sec':0,'restart_backoff_max_sec':0}}",
+                  "union", NULL, &errs);
+    if (!c)
+        fail_msg("%s", cfg_errors_text(&errs));
+    assert_true(c->restart_backoff_initial_sec == 0);
+    assert_true(c->restart_backoff_max_sec == 0);
+    nm_config_free(c);
+    cfg_errors_release(&errs);
+    c = from_text("{'motor_nodemanger_config':{'restart_backoff_initial_sec':-0.5}}", "union",
+                  NULL, &errs);
+    assert_null(c);
+    assert_non_null(strstr(cfg_errors_text(&errs),
+                           "restart_backoff_initial_sec: must be a number in [0, 3600]"));
+    cfg_errors_release(&errs);
 }
 
 /* ---- validation: one rule at a time, exact messages --------------------------------- */
