@@ -27,8 +27,20 @@ test: deps test-build
 run: deps build
 	@$(BUILD)/motor up -c $(CONFIG)
 
+# Side-by-side benchmarks (release build; the peers come from Debian). Options via the
+# environment, e.g. BENCH_QUICK=1 make bench; see bench/README.md.
+bench: deps build
+	@scripts/deps.sh s6 runit supervisor nginx wrk monit
+	@MOTOR_BIN=$${MOTOR_BIN:-$(BUILD)/motor} /usr/bin/python3 bench/run.py
+
+# Every fuzz target for FUZZ_SECONDS (default 60) each; FUZZ_ONLY=regex picks targets.
 fuzz: test-build
-	@cd $(TEST_BUILD) && ctest -L fuzz --output-on-failure -C fuzz-long
+	@scripts/fuzz-all.sh $(TEST_BUILD) $${FUZZ_SECONDS:-60} $${FUZZ_ONLY:-.}
+
+# Fault injection against a local fleet under ASan (about 10 minutes; e.g.
+# CHAOS_ARGS="--seed 7 --duration 1800"). A short run is part of `make test`. docs/chaos.md
+chaos: test-build
+	@MOTOR_BIN=$${MOTOR_BIN:-$(TEST_BUILD)/motor} /usr/bin/python3 tests/chaos/chaos.py $${CHAOS_ARGS:-}
 
 clean:
 	rm -rf $(BUILD) $(TEST_BUILD)
