@@ -81,9 +81,13 @@ static void apply_forward(json_t *in, int port)
     json_t *body = wire_ft_apply_engine_body(&r, port, &err);
     if (body) {
         json_t *params = json_object_get(body, "params");
-        if (!json_is_object(params) || json_object_get(params, "dp_master_rank"))
+        if (!json_is_object(params))
             abort();
+        /* §8.3: for scale_down the node manager turns the internal dp_master_rank into
+         * dp_store_port; retry params are forwarded as they are. */
         if (r.instruction == WIRE_FT_SCALE_DOWN) {
+            if (json_object_get(params, "dp_master_rank"))
+                abort();
             json_int_t p = json_integer_value(json_object_get(params, "dp_store_port"));
             if (p < 1 || p > 65535)
                 abort();
