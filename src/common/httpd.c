@@ -554,7 +554,8 @@ static void stream_collapse(struct httpd_req *req)
         return;
     size_t n = stream_pending(req);
     char *body = xmalloc(n + 1);
-    memcpy(body, req->sbuf.buf, n);
+    if (n)
+        memcpy(body, req->sbuf.buf, n); /* sbuf.buf may be NULL when nothing was written */
     body[n] = '\0';
     struct MHD_Response *b = MHD_create_response_from_buffer_with_free_callback(n, body, free);
     if (!b) {
