@@ -12,12 +12,15 @@ Target (issue #5): coordinator's added latency within 1.2x nginx's.
 
 usage: bench/coordinator_vs_nginx.py [--motor PATH] [--seconds 5] [--connections 16]
                                      [--threads 2] [--workers 2] [--engines 2]
-                                     [--engine static|sim]
+                                     [--engine static|sim] [--runs 1] [--pin CPUS]
+With --runs N every measurement is repeated N times (same processes) and each figure is
+printed as the median with the min-max range; ratios are medians of the per-run ratios.
 Needs: nginx, wrk (apt-get install nginx-light wrk). Standard library only.
 """
 
 import argparse
 import json
+import statistics
 import os
 import re
 import shutil
@@ -77,13 +80,18 @@ def parse_wrk(out):
             "socket_errors": socket_err.group(1) if socket_err else ""}
 
 
+def pin_prefix(args):
+    """taskset prefix when --pin is given: every process of the run on the same CPUs."""
+    return ["taskset", "-c", args.pin] if args.pin else []
+
+
 def wrk(url, body, args, tmp):
     script = Path(tmp) / "post.lua"
     script.write_text('wrk.method = "POST"\n'
                       'wrk.headers["Content-Type"] = "application/json"\n'
                       f"wrk.body = {json.dumps(json.dumps(body))}\n")
-    cmd = ["wrk", f"-t{args.threads}", f"-c{args.connections}", f"-d{args.seconds}s",
-           "--latency", "-s", str(script), url]
+    cmd = pin_prefix(args) + ["wrk", f"-t{args.threads}", f"-c{args.connections}",
+                              f"-d{args.seconds}s", "--latency", "-s", str(script), url]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.seconds + 60)
     if out.returncode != 0:
         raise RuntimeError(out.stderr)
@@ -179,6 +187,10 @@ def main():
     ap.add_argument("--engines", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--engine", choices=("static", "sim"), default="static")
+    ap.add_argument("--runs", type=int, default=1, help="repeat every measurement N times")
+    ap.add_argument("--pin", default="",
+                    help="CPU list for taskset (e.g. 1): run engines, proxies and wrk there; "
+                         "on a small VM this removes cross-CPU wake-up noise from latency")
     args = ap.parse_args()
     for tool in ("nginx", "wrk"):
         if not shutil.which(tool) and not os.path.exists(f"/usr/sbin/{tool}"):
@@ -189,8 +201,8 @@ def main():
 
     def start(argv, log):
         f = open(os.path.join(tmp, log), "wb")
-        p = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             start_new_session=True)
+        p = subprocess.Popen(pin_prefix(args) + argv, stdout=f, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL, start_new_session=True)
         procs.append(p)
         return p
 
@@ -262,51 +274,73 @@ def main():
         # Throughput: args.connections connections spread over every engine.
         lat_args = argparse.Namespace(**{**vars(args), "connections": 1, "threads": 1})
         warm = argparse.Namespace(**{**vars(args), "seconds": 1})
-        results = {}
-        for mode, stream in (("non-stream", False), ("stream", True)):
-            if args.engine == "static":
-                start_static(stream)
-            req_body = {"model": "m", "prompt": "benchmark prompt", "max_tokens": args.max_tokens,
-                        "stream": stream}
-            for name, base in targets.items():
-                wrk(base + "/v1/completions", req_body, warm, tmp)
-                results[(mode, "lat", name)] = wrk(base + "/v1/completions", req_body, lat_args, tmp)
-                if name != "direct":
-                    results[(mode, "tput", name)] = wrk(base + "/v1/completions", req_body, args,
-                                                        tmp)
-
-        print(f"\ncoordinator vs nginx: {args.engines} {args.engine} engines, "
-              f"{args.workers} workers each, max_tokens {args.max_tokens}, {args.seconds}s runs\n")
-        print("latency, 1 connection (wrk -t1 -c1): added = proxy minus direct")
-        hdr = f"  {'mode':<11}{'target':<13}{'p50 ms':>9}{'p99 ms':>9}{'+p50 ms':>9}{'+p99 ms':>9}"
-        print(hdr)
-        summary = {}
-        for mode in ("non-stream", "stream"):
-            d = results[(mode, "lat", "direct")]
-            for name in ("direct", "nginx", "coordinator"):
-                r = results[(mode, "lat", name)]
-                r["add50"] = r["p50"] - d["p50"]
-                r["add99"] = r["p99"] - d["p99"]
-                print(f"  {mode:<11}{name:<13}{r['p50']:>9.3f}{r['p99']:>9.3f}"
-                      f"{r['add50']:>9.3f}{r['add99']:>9.3f}")
-        print(f"\nthroughput, wrk -t{args.threads} -c{args.connections}")
-        print(f"  {'mode':<11}{'target':<13}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}")
-        for mode in ("non-stream", "stream"):
-            for name in ("nginx", "coordinator"):
-                r = results[(mode, "tput", name)]
-                print(f"  {mode:<11}{name:<13}{r['rps']:>10.0f}{r['p50']:>9.3f}{r['p99']:>9.3f}")
+        runs = []
+        for _ in range(max(1, args.runs)):
+            results = {}
+            for mode, stream in (("non-stream", False), ("stream", True)):
+                if args.engine == "static":
+                    start_static(stream)
+                req_body = {"model": "m", "prompt": "benchmark prompt",
+                            "max_tokens": args.max_tokens, "stream": stream}
+                for name, base in targets.items():
+                    wrk(base + "/v1/completions", req_body, warm, tmp)
+                    results[(mode, "lat", name)] = wrk(base + "/v1/completions", req_body,
+                                                       lat_args, tmp)
+                    if name != "direct":
+                        results[(mode, "tput", name)] = wrk(base + "/v1/completions", req_body,
+                                                            args, tmp)
+            for mode in ("non-stream", "stream"):
+                d = results[(mode, "lat", "direct")]
+                for name in ("direct", "nginx", "coordinator"):
+                    r = results[(mode, "lat", name)]
+                    r["add50"] = r["p50"] - d["p50"]
+                    r["add99"] = r["p99"] - d["p99"]
+            runs.append(results)
 
         def ratio(a, b):
             return a / b if b > 0 else float("inf")
+
+        def fig(key, field, fmt):
+            """Median of one figure over the runs, with the range when there are several."""
+            vals = [r[key][field] for r in runs]
+            med = statistics.median(vals)
+            if len(vals) == 1:
+                return fmt.format(med)
+            return f"{fmt.format(med)} ({fmt.format(min(vals))}-{fmt.format(max(vals))})"
+
+        def rat(mode, kind, field):
+            vals = [ratio(r[(mode, kind, "coordinator")][field], r[(mode, kind, "nginx")][field])
+                    for r in runs]
+            med = statistics.median(vals)
+            if len(vals) == 1:
+                return f"x{med:.2f}"
+            return f"x{med:.2f} ({min(vals):.2f}-{max(vals):.2f})"
+
+        print(f"\ncoordinator vs nginx: {args.engines} {args.engine} engines, "
+              f"{args.workers} workers each, max_tokens {args.max_tokens}, {args.seconds}s runs, "
+              f"{len(runs)} repetition(s)" + (", median (min-max)" if len(runs) > 1 else "") + "\n")
+        print("latency, 1 connection (wrk -t1 -c1): added = proxy minus direct, ms")
+        print(f"  {'mode':<11}{'target':<13}{'p50':>22}{'p99':>22}{'+p50':>22}{'+p99':>22}")
+        for mode in ("non-stream", "stream"):
+            for name in ("direct", "nginx", "coordinator"):
+                k = (mode, "lat", name)
+                print(f"  {mode:<11}{name:<13}{fig(k, 'p50', '{:.3f}'):>22}"
+                      f"{fig(k, 'p99', '{:.3f}'):>22}{fig(k, 'add50', '{:.3f}'):>22}"
+                      f"{fig(k, 'add99', '{:.3f}'):>22}")
+        print(f"\nthroughput, wrk -t{args.threads} -c{args.connections}")
+        print(f"  {'mode':<11}{'target':<13}{'req/s':>22}{'p50 ms':>22}{'p99 ms':>22}")
+        for mode in ("non-stream", "stream"):
+            for name in ("nginx", "coordinator"):
+                k = (mode, "tput", name)
+                print(f"  {mode:<11}{name:<13}{fig(k, 'rps', '{:.0f}'):>22}"
+                      f"{fig(k, 'p50', '{:.3f}'):>22}{fig(k, 'p99', '{:.3f}'):>22}")
         print("\ncoordinator / nginx (added latency: lower is better, target <= 1.2; "
               "req/s: higher is better)")
         for mode in ("non-stream", "stream"):
-            n, c = results[(mode, "lat", "nginx")], results[(mode, "lat", "coordinator")]
-            nt, ct = results[(mode, "tput", "nginx")], results[(mode, "tput", "coordinator")]
-            print(f"  {mode:<11} added p50 x{ratio(c['add50'], n['add50']):.2f}   "
-                  f"added p99 x{ratio(c['add99'], n['add99']):.2f}   "
-                  f"req/s x{ratio(ct['rps'], nt['rps']):.2f}")
-        bad = [(k, r) for k, r in results.items() if r["non2xx"] or r["socket_errors"]]
+            print(f"  {mode:<11} added p50 {rat(mode, 'lat', 'add50')}   "
+                  f"added p99 {rat(mode, 'lat', 'add99')}   req/s {rat(mode, 'tput', 'rps')}")
+        bad = [(k, r) for results in runs for k, r in results.items()
+               if r["non2xx"] or r["socket_errors"]]
         if bad:
             print("\nwarning: some requests failed:", bad)
     finally:

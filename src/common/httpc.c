@@ -9,8 +9,8 @@
  * callbacks, done from our completion loop) may start or cancel requests, or even free
  * the client. So every request is in exactly one state, and work that cannot be done
  * where it is asked for is parked on a list and finished by service(), which runs
- * after curl returns (and from a zero-delay "kick" timer when nothing else would run
- * it):
+ * after curl returns (and from a deferred "kick" — the reactor's run-on-this-pass
+ * queue — when nothing else would run it):
  *
  *   PENDING   created while inside curl, or failed before curl saw it (early error)
  *   ACTIVE    added to the multi handle
@@ -32,10 +32,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #define HTTPC_DEFAULT_TIMEOUT_MS 30000
 #define HTTPC_DEFAULT_CONNECT_TIMEOUT_MS 5000
 #define HTTPC_DEFAULT_MAX_RESPONSE (16u * 1024 * 1024)
+#define HTTPC_EASY_POOL 32
+
+enum { SOCK_NONE = 0, SOCK_WANTED, SOCK_PARKED };
 
 enum req_state { REQ_PENDING, REQ_ACTIVE, REQ_ZOMBIE, REQ_COMPLETED, REQ_FINISHING };
 
@@ -71,8 +75,9 @@ struct httpc_req {
 struct httpc {
     struct reactor *r;
     CURLM *multi;
-    struct reactor_timer timer; /* curl's timeout */
-    struct reactor_timer kick;  /* run service() on the next iteration */
+    struct reactor_timer timer;     /* curl's timeout */
+    struct reactor_deferred expire; /* curl asked for timeout 0: act at the end of this pass */
+    struct reactor_deferred kick;   /* run service() at the end of this pass */
 
     struct req_list pending, active, zombies, completed;
     size_t nactive; /* requests the user still waits for */
@@ -81,8 +86,19 @@ struct httpc {
     bool in_curl; /* inside curl_multi_socket_action: curl callbacks may run */
     bool freeing; /* httpc_free() was called while depth > 0 */
 
-    int *fds; /* sockets we watch for curl (to drop any leftovers on free) */
-    size_t nfds, fds_cap;
+    /* Per socket number: SOCK_NONE, or registered with the reactor — SOCK_WANTED (curl
+     * watches it) or SOCK_PARKED (curl said CURL_POLL_REMOVE: an idle keep-alive
+     * connection). A parked socket stays registered, so reusing the connection for the
+     * next request costs no epoll_ctl; it leaves the reactor when curl closes it (close
+     * callback) or when it turns readable while idle (the engine closed it). */
+    uint8_t *sst;
+    size_t nsst;
+
+    /* Easy handles of finished requests, reset and ready for the next one: creating
+     * and destroying one per request was a visible part of a proxied request's cost. */
+    CURL *easy_pool[HTTPC_EASY_POOL];
+    size_t neasy;
+    bool closing; /* really_free() running: no pooling */
 };
 
 /* ---- small helpers ---------------------------------------------------------------- */
@@ -150,8 +166,15 @@ static void set_state(struct httpc_req *q, enum req_state s)
 /* Frees a request that curl no longer holds (removed, or never added). */
 static void req_destroy(struct httpc_req *q)
 {
-    if (q->easy)
-        curl_easy_cleanup(q->easy);
+    struct httpc *c = q->c;
+    if (q->easy) {
+        if (!c->closing && c->neasy < HTTPC_EASY_POOL) {
+            curl_easy_reset(q->easy);
+            c->easy_pool[c->neasy++] = q->easy;
+        } else {
+            curl_easy_cleanup(q->easy);
+        }
+    }
     curl_slist_free_all(q->headers);
     free(q->body);
     strbuf_release(&q->resp);
@@ -160,36 +183,36 @@ static void req_destroy(struct httpc_req *q)
 
 static void arm_kick(struct httpc *c)
 {
-    if (!reactor_timer_active(&c->kick))
-        reactor_timer_start(c->r, &c->kick, 0, 0);
+    reactor_defer(c->r, &c->kick);
 }
 
-static void fds_add(struct httpc *c, int fd)
+static int sock_state(const struct httpc *c, int fd)
 {
-    if (c->nfds == c->fds_cap) {
-        c->fds_cap = c->fds_cap ? c->fds_cap * 2 : 16;
-        c->fds = xrealloc(c->fds, c->fds_cap * sizeof(*c->fds));
+    return fd >= 0 && (size_t)fd < c->nsst ? c->sst[fd] : SOCK_NONE;
+}
+
+static void sock_set(struct httpc *c, int fd, int st)
+{
+    if ((size_t)fd >= c->nsst) {
+        if (st == SOCK_NONE)
+            return;
+        size_t n = c->nsst ? c->nsst : 64;
+        while (n <= (size_t)fd)
+            n *= 2;
+        c->sst = xrealloc(c->sst, n);
+        memset(c->sst + c->nsst, 0, n - c->nsst);
+        c->nsst = n;
     }
-    c->fds[c->nfds++] = fd;
+    c->sst[fd] = (uint8_t)st;
 }
 
-static bool fds_has(const struct httpc *c, int fd)
+/* Take a socket out of the reactor (it stays open: curl owns it). */
+static void sock_forget(struct httpc *c, int fd)
 {
-    for (size_t i = 0; i < c->nfds; i++)
-        if (c->fds[i] == fd)
-            return true;
-    return false;
-}
-
-static bool fds_remove(struct httpc *c, int fd)
-{
-    for (size_t i = 0; i < c->nfds; i++) {
-        if (c->fds[i] == fd) {
-            c->fds[i] = c->fds[--c->nfds];
-            return true;
-        }
-    }
-    return false;
+    if (sock_state(c, fd) == SOCK_NONE)
+        return;
+    reactor_del_fd(c->r, fd);
+    sock_set(c, fd, SOCK_NONE);
 }
 
 /* ---- curl -> reactor ------------------------------------------------------------- */
@@ -198,6 +221,14 @@ static void drive(struct httpc *c, curl_socket_t fd, int flags);
 
 static void on_sock_event(struct reactor *r, int fd, uint32_t events, void *arg)
 {
+    struct httpc *c = arg;
+    if (sock_state(c, fd) == SOCK_PARKED) {
+        /* An idle connection turned readable: the engine closed it (or misbehaves).
+         * curl notices when it next considers reusing it; stop watching so a level-
+         * triggered event cannot spin. */
+        sock_forget(c, fd);
+        return;
+    }
     int flags = 0;
     if (events & (EPOLLIN | EPOLLHUP | EPOLLRDHUP))
         flags |= CURL_CSELECT_IN;
@@ -213,13 +244,18 @@ static void on_curl_timer(struct reactor *r, void *arg)
     drive(arg, CURL_SOCKET_TIMEOUT, 0);
 }
 
+static void on_curl_expire(struct reactor *r, void *arg)
+{
+    drive(arg, CURL_SOCKET_TIMEOUT, 0);
+}
+
 static int socket_cb(CURL *easy, curl_socket_t s, int what, void *userp, void *socketp)
 {
     struct httpc *c = userp;
     if (what == CURL_POLL_REMOVE) {
-        /* curl says REMOVE before it closes the socket, so the fd number is still ours. */
-        if (fds_remove(c, s))
-            reactor_del_fd(c->r, s);
+        /* Not closed (curl's close goes through close_cb): keep the registration. */
+        if (sock_state(c, s) == SOCK_WANTED)
+            sock_set(c, s, SOCK_PARKED);
         return 0;
     }
     uint32_t ev = 0;
@@ -227,26 +263,44 @@ static int socket_cb(CURL *easy, curl_socket_t s, int what, void *userp, void *s
         ev |= EPOLLIN;
     if (what == CURL_POLL_OUT || what == CURL_POLL_INOUT)
         ev |= EPOLLOUT;
-    if (fds_has(c, s)) {
-        if (reactor_mod_fd(c->r, s, ev) == 0)
+    if (sock_state(c, s) != SOCK_NONE) {
+        if (reactor_mod_fd(c->r, s, ev) == 0) {
+            sock_set(c, s, SOCK_WANTED);
             return 0;
+        }
         /* The number was closed and reused behind our back (the old epoll
          * registration died with the old socket): start over. */
-        reactor_del_fd(c->r, s);
-        fds_remove(c, s);
+        sock_forget(c, s);
     }
     int rc = reactor_add_fd(c->r, s, ev, on_sock_event, c);
     if (rc != 0) {
         log_error("httpc_watch_failed", LF_INT("fd", s), LF_INT("errno", -rc));
         return -1; /* curl fails the transfers on this socket */
     }
-    fds_add(c, s);
+    sock_set(c, s, SOCK_WANTED);
     return 0;
 }
 
+/* Every socket curl opened for us is closed here, so none stays registered with the
+ * reactor under a number that may be reused. */
+static int close_cb(void *clientp, curl_socket_t s)
+{
+    sock_forget(clientp, s);
+    return close(s);
+}
+
+/* curl's single timeout; a new value replaces the previous one. Timeout 0 (every
+ * curl_multi_add_handle asks for it) is the hot path: it goes to the deferred queue, so
+ * the transfer starts at the end of this loop pass without a timer round trip. */
 static int timer_cb(CURLM *multi, long timeout_ms, void *userp)
 {
     struct httpc *c = userp;
+    if (timeout_ms == 0) {
+        reactor_timer_stop(c->r, &c->timer);
+        reactor_defer(c->r, &c->expire);
+        return 0;
+    }
+    reactor_defer_cancel(c->r, &c->expire);
     if (timeout_ms < 0)
         reactor_timer_stop(c->r, &c->timer);
     else
@@ -506,7 +560,8 @@ struct httpc *httpc_new(struct reactor *r)
     struct httpc *c = xcalloc(1, sizeof(*c));
     c->r = r;
     reactor_timer_init(&c->timer, on_curl_timer, c);
-    reactor_timer_init(&c->kick, on_kick, c);
+    reactor_deferred_init(&c->expire, on_curl_expire, c);
+    reactor_deferred_init(&c->kick, on_kick, c);
     c->multi = curl_multi_init();
     if (!c->multi) {
         free(c);
@@ -531,16 +586,20 @@ static void destroy_list(struct httpc *c, struct req_list *l, bool in_multi)
 
 static void really_free(struct httpc *c)
 {
+    c->closing = true;
     destroy_list(c, &c->active, true);
     destroy_list(c, &c->zombies, true);
     destroy_list(c, &c->completed, false);
     destroy_list(c, &c->pending, false);
-    curl_multi_cleanup(c->multi); /* closes the cached connections */
-    for (size_t i = 0; i < c->nfds; i++)
-        reactor_del_fd(c->r, c->fds[i]);
-    free(c->fds);
+    curl_multi_cleanup(c->multi); /* closes the cached connections (close_cb) */
+    while (c->neasy)
+        curl_easy_cleanup(c->easy_pool[--c->neasy]);
+    for (size_t fd = 0; fd < c->nsst; fd++)
+        sock_forget(c, (int)fd);
+    free(c->sst);
     reactor_timer_stop(c->r, &c->timer);
-    reactor_timer_stop(c->r, &c->kick);
+    reactor_defer_cancel(c->r, &c->expire);
+    reactor_defer_cancel(c->r, &c->kick);
     free(c);
 }
 
@@ -603,6 +662,8 @@ static int configure(struct httpc_req *q, const struct httpc_opts *o)
     SETOPT(e, CURLOPT_PROTOCOLS_STR, "http,https");
     SETOPT(e, CURLOPT_NOSIGNAL, 1L);
     SETOPT(e, CURLOPT_TCP_NODELAY, 1L);
+    SETOPT(e, CURLOPT_CLOSESOCKETFUNCTION, close_cb);
+    SETOPT(e, CURLOPT_CLOSESOCKETDATA, q->c);
     /* Operators' http_proxy must never capture loopback control traffic. */
     SETOPT(e, CURLOPT_NOPROXY, "*");
     SETOPT(e, CURLOPT_PROXY, "");
@@ -697,7 +758,7 @@ static struct httpc_req *start(struct httpc *c, const struct httpc_opts *o, http
     } else {
         q->on_status = o->on_status;
         q->on_chunk = o->on_chunk;
-        q->easy = curl_easy_init();
+        q->easy = c->neasy ? c->easy_pool[--c->neasy] : curl_easy_init();
         if (!q->easy) {
             q->early_error = -ENOMEM;
             q->early_text = "curl_easy_init failed";

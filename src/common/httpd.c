@@ -12,7 +12,10 @@
  *                                  is freed, because MHD may reference it until then.
  *
  * While a connection is suspended MHD does not see the client go away, so we watch its
- * socket for EPOLLRDHUP ourselves and resume it to let MHD tear it down. */
+ * socket for EPOLLRDHUP ourselves and resume it to let MHD tear it down. The watch is
+ * per connection (MHD's connection notifications), edge-triggered, and registered
+ * once for the connection's life, not once per request: two epoll_ctl calls per proxied
+ * request were a visible part of its cost. */
 #include "common/httpd.h"
 
 #include "common/httpd_internal.h"
@@ -48,9 +51,10 @@ struct httpd {
     struct reactor *r;
     struct MHD_Daemon *d;
     int epfd;
-    struct reactor_timer timer;
-    bool in_run;   /* inside MHD_run: resumes just ask for another run */
-    bool kick;     /* a connection was resumed: run MHD again on the next iteration */
+    struct reactor_timer timer;  /* MHD's own timeout (idle connections) */
+    struct reactor_deferred kick; /* run MHD at the end of this loop pass */
+    bool in_run;                  /* inside MHD_run: resumes just ask for another run */
+    bool kick_pending;            /* a resume inside MHD_run asked for another run */
     bool stopping; /* httpd_free in progress: no new suspensions */
     bool verify_client;
     uint16_t port;
@@ -64,6 +68,15 @@ struct httpd {
     struct httpd_req *live; /* every req not yet completed (for shutdown) */
 };
 
+/* Per TCP connection (MHD's socket_context). */
+struct httpd_conn {
+    struct httpd *h;
+    int fd;                      /* watched for RDHUP; -1 if the watch failed */
+    struct httpd_req *req;       /* its current request, if any */
+    bool peer_closed;            /* FIN/RST seen */
+    struct reactor_deferred hup; /* suspended after the FIN was seen: resume it */
+};
+
 struct httpd_hdr {
     char *name;
     char *value;
@@ -73,6 +86,7 @@ struct httpd_req {
     struct httpd *h;
     struct MHD_Connection *conn;
     struct httpd_req *prev, *next;
+    struct httpd_conn *hc; /* NULL if unknown or already closed */
     char *method;
     char *path;
     char peer[INET6_ADDRSTRLEN];
@@ -91,7 +105,6 @@ struct httpd_req {
     bool suspended;
     bool completed; /* MHD's completion callback is running */
     bool client_gone;
-    int watch_fd; /* socket watched for RDHUP while suspended, -1 if none */
 
     struct MHD_Response *resp; /* built, not yet queued */
     unsigned status;
@@ -101,6 +114,7 @@ struct httpd_req {
     bool streaming;
     bool stream_ended;
     bool stream_abort;
+    char *stream_ctype;
     struct strbuf sbuf;
     size_t soff; /* bytes of sbuf already handed to MHD */
 
@@ -225,32 +239,43 @@ enum httpd_match httpd_routes_find(const struct httpd_route_entry *routes, size_
 
 /* ---- driving MHD from the reactor ------------------------------------------------- */
 
-static void rearm(struct httpd *h)
+/* After MHD_run: true when MHD wants to run again at once (a resume asked for it, or
+ * timeout 0: a connection with buffered work, or one just resumed); otherwise MHD's
+ * timeout (idle connections) arms the timer. */
+static bool rearm(struct httpd *h)
 {
     if (!h->d)
-        return;
-    if (h->kick) {
-        reactor_timer_start(h->r, &h->timer, 0, 0);
-        return;
-    }
+        return false;
     MHD_UNSIGNED_LONG_LONG to = 0;
-    if (MHD_get_timeout(h->d, &to) == MHD_YES)
+    bool has_to = MHD_get_timeout(h->d, &to) == MHD_YES;
+    if (h->kick_pending || (has_to && to == 0)) {
+        h->kick_pending = false;
+        return true;
+    }
+    if (has_to)
         reactor_timer_start(h->r, &h->timer, to > INT32_MAX ? INT32_MAX : (int64_t)to, 0);
     else
         reactor_timer_stop(h->r, &h->timer);
+    return false;
 }
 
+/* MHD advances a connection one step per MHD_run (read the request, run the handler,
+ * send, reset for the next request, ...) and reports timeout 0 while it has more to do.
+ * That next run goes to the reactor's deferred queue: the next loop pass polls I/O
+ * without blocking and runs MHD again — no timer, no timerfd. (Running MHD again
+ * right here, a few times in a row, measured no better.) */
 static void pump(struct httpd *h)
 {
     if (h->in_run) {
-        h->kick = true;
+        h->kick_pending = true;
         return;
     }
+    reactor_defer_cancel(h->r, &h->kick);
     h->in_run = true;
-    h->kick = false;
     MHD_run(h->d);
     h->in_run = false;
-    rearm(h);
+    if (rearm(h))
+        reactor_defer(h->r, &h->kick);
 }
 
 static void on_epoll_ready(struct reactor *r, int fd, uint32_t events, void *arg)
@@ -263,31 +288,25 @@ static void on_timer(struct reactor *r, void *arg)
     pump(arg);
 }
 
-/* ---- suspend / resume --------------------------------------------------------------- */
-
-static void on_peer_hup(struct reactor *r, int fd, uint32_t events, void *arg);
-
-static void unwatch(struct httpd_req *req)
+static void on_kick(struct reactor *r, void *arg)
 {
-    if (req->watch_fd >= 0) {
-        reactor_del_fd(req->h->r, req->watch_fd);
-        req->watch_fd = -1;
-    }
+    pump(arg);
 }
 
-/* Suspend and watch the socket for the peer's FIN/RST, which MHD cannot see while the
- * connection is suspended. (A client that half-closes its side after sending the
- * request is taken as gone too; HTTP clients do not do that in practice.) */
+/* ---- suspend / resume --------------------------------------------------------------- */
+
+/* Suspend; the connection's RDHUP watch resumes it if the peer goes away, which MHD
+ * cannot see while the connection is suspended. (A client that half-closes its side
+ * after sending the request is taken as gone too; HTTP clients do not do that in
+ * practice.) */
 static void suspend_req(struct httpd_req *req)
 {
     struct httpd *h = req->h;
     MHD_suspend_connection(req->conn);
     req->suspended = true;
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (ci && ci->connect_fd >= 0 &&
-        reactor_add_fd(h->r, ci->connect_fd, EPOLLRDHUP, on_peer_hup, req) == 0)
-        req->watch_fd = ci->connect_fd;
+    /* The edge came before this suspension: act on it now (after MHD_run). */
+    if (req->hc && req->hc->peer_closed)
+        reactor_defer(h->r, &req->hc->hup);
 }
 
 static void resume_req(struct httpd_req *req)
@@ -295,23 +314,70 @@ static void resume_req(struct httpd_req *req)
     struct httpd *h = req->h;
     if (!req->suspended)
         return;
-    unwatch(req);
     req->suspended = false;
     MHD_resume_connection(req->conn);
-    /* MHD signals its inter-thread channel, which is in its epoll set, so the epoll fd
-     * turns readable (checked: test_async_answer passes without the kick). The timer
-     * kick is a cheap second guarantee that the next iteration runs MHD. */
-    h->kick = true;
-    if (!h->in_run)
-        reactor_timer_start(h->r, &h->timer, 0, 0);
+    /* Run MHD at the end of this loop pass (MHD's inter-thread channel also makes its
+     * epoll fd readable, but that would cost another pass). */
+    if (h->in_run)
+        h->kick_pending = true;
+    else
+        reactor_defer(h->r, &h->kick);
+}
+
+static void conn_gone(struct httpd_conn *hc)
+{
+    hc->peer_closed = true;
+    struct httpd_req *req = hc->req;
+    if (!req || !req->suspended)
+        return; /* MHD sees the EOF itself when it next reads */
+    req->client_gone = true;
+    log_debug("http_client_gone", LF_STR("server", req->h->name), LF_STR("path", req->path));
+    resume_req(req);
 }
 
 static void on_peer_hup(struct reactor *r, int fd, uint32_t events, void *arg)
 {
-    struct httpd_req *req = arg;
-    req->client_gone = true;
-    log_debug("http_client_gone", LF_STR("server", req->h->name), LF_STR("path", req->path));
-    resume_req(req);
+    conn_gone(arg);
+}
+
+static void on_hup_deferred(struct reactor *r, void *arg)
+{
+    conn_gone(arg);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    struct httpd *h = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        struct httpd_conn *hc = xcalloc(1, sizeof(*hc));
+        hc->h = h;
+        hc->fd = -1;
+        reactor_deferred_init(&hc->hup, on_hup_deferred, hc);
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (ci && ci->connect_fd >= 0) {
+            int rc = reactor_add_fd(h->r, ci->connect_fd, EPOLLRDHUP | EPOLLET, on_peer_hup, hc);
+            if (rc == 0)
+                hc->fd = ci->connect_fd;
+            else
+                log_warn("httpd_watch_failed", LF_STR("server", h->name),
+                         LF_INT("fd", ci->connect_fd), LF_INT("errno", -rc));
+        }
+        *socket_context = hc;
+        return;
+    }
+    /* MHD_CONNECTION_NOTIFY_CLOSED: the socket is still open (MHD closes it next). */
+    struct httpd_conn *hc = *socket_context;
+    if (!hc)
+        return;
+    *socket_context = NULL;
+    if (hc->fd >= 0)
+        reactor_del_fd(h->r, hc->fd);
+    reactor_defer_cancel(h->r, &hc->hup);
+    if (hc->req) /* MHD completes requests before closing; just in case */
+        hc->req->hc = NULL;
+    free(hc);
 }
 
 /* ---- requests ------------------------------------------------------------------------ */
@@ -333,6 +399,7 @@ static void req_free(struct httpd_req *req)
         MHD_destroy_response(req->resp);
     strbuf_release(&req->body);
     strbuf_release(&req->sbuf);
+    free(req->stream_ctype);
     free(req->method);
     free(req->path);
     free(req);
@@ -367,7 +434,11 @@ static struct httpd_req *req_new(struct httpd *h, struct MHD_Connection *conn, c
     req->method = xstrdup(method ? method : "");
     req->path = xstrdup(url ? url : "/");
     req->start_ms = mono_ms();
-    req->watch_fd = -1;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    req->hc = ci ? ci->socket_context : NULL;
+    if (req->hc)
+        req->hc->req = req;
     strbuf_init(&req->body, h->max_body);
     /* sbuf may hold consumed-but-not-compacted bytes in front of the pending ones. */
     strbuf_init(&req->sbuf, 2 * HTTPD_STREAM_MAX);
@@ -410,7 +481,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     req->completed = true;
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
         req->client_gone = true;
-    unwatch(req); /* only if MHD tore down a suspended connection (should not happen) */
+    if (req->hc && req->hc->req == req)
+        req->hc->req = NULL;
+    req->hc = NULL;
     req->suspended = false;
     if (log_enabled(LOG_DEBUG) && !is_quiet(h, req->path))
         log_debug("http_request", LF_STR("server", h->name), LF_STR("method", req->method),
@@ -468,9 +541,37 @@ static void respond_take(struct httpd_req *req, int status, const char *content_
     resume_req(req);
 }
 
+static size_t stream_pending(const struct httpd_req *req);
+
+/* A stream that already ended before MHD got to send anything (a short answer that
+ * arrived in one piece) goes out as one buffer response: headers and body in a single
+ * send with a Content-Length, instead of three sends (headers, one chunk, the last
+ * chunk) for MHD's chunked callback response. */
+static void stream_collapse(struct httpd_req *req)
+{
+    if (!req->streaming || !req->stream_ended || req->stream_abort || req->client_gone ||
+        req->soff != 0)
+        return;
+    size_t n = stream_pending(req);
+    char *body = xmalloc(n + 1);
+    if (n)
+        memcpy(body, req->sbuf.buf, n); /* sbuf.buf may be NULL when nothing was written */
+    body[n] = '\0';
+    struct MHD_Response *b = MHD_create_response_from_buffer_with_free_callback(n, body, free);
+    if (!b) {
+        free(body);
+        return; /* keep the callback response */
+    }
+    apply_headers(req, b, req->stream_ctype);
+    MHD_destroy_response(req->resp);
+    req->resp = b;
+    strbuf_reset(&req->sbuf);
+}
+
 /* Queue the prepared response (we are inside the access handler). */
 static enum MHD_Result queue_prepared(struct httpd_req *req)
 {
+    stream_collapse(req);
     enum MHD_Result ok = MHD_queue_response(req->conn, req->status, req->resp);
     MHD_destroy_response(req->resp);
     req->resp = NULL;
@@ -741,6 +842,7 @@ struct httpd *httpd_new(struct reactor *r, const struct httpd_config *cfg)
             h->quiet_paths[i] = xstrdup(cfg->quiet_paths[i]);
     }
     reactor_timer_init(&h->timer, on_timer, h);
+    reactor_deferred_init(&h->kick, on_kick, h);
 
     const char *host = cfg->host && *cfg->host ? cfg->host : "127.0.0.1";
     struct sockaddr_storage ss;
@@ -805,6 +907,7 @@ struct httpd *httpd_new(struct reactor *r, const struct httpd_config *cfg)
     errno = 0;
     h->d = MHD_start_daemon(flags, cfg->port, NULL, NULL, on_access, h, MHD_OPTION_EXTERNAL_LOGGER,
                             mhd_logger, h, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
                             MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
     if (!h->d) {
         err = errno ? errno : EINVAL;
@@ -834,7 +937,8 @@ struct httpd *httpd_new(struct reactor *r, const struct httpd_config *cfg)
         err = -rc;
         goto fail;
     }
-    rearm(h);
+    if (rearm(h))
+        reactor_defer(r, &h->kick);
     log_info("http_listening", LF_STR("server", h->name), LF_STR("host", host),
              LF_INT("port", h->port), LF_BOOL("tls", tls));
     return h;
@@ -911,11 +1015,13 @@ void httpd_free(struct httpd *h)
         if (h->epfd >= 0)
             reactor_del_fd(h->r, h->epfd);
         reactor_timer_stop(h->r, &h->timer);
+        reactor_defer_cancel(h->r, &h->kick);
         /* Remaining connections are closed; their on_close callbacks run in here. */
         MHD_stop_daemon(h->d);
         h->d = NULL;
     }
     reactor_timer_stop(h->r, &h->timer);
+    reactor_defer_cancel(h->r, &h->kick);
     for (size_t i = 0; i < h->nroutes; i++) {
         free(h->routes[i].method);
         free(h->routes[i].pattern);
@@ -1090,7 +1196,8 @@ void httpd_stream_begin(struct httpd_req *req, int status, const char *content_t
         log_error("httpd_response_alloc_failed", LF_STR("server", req->h->name));
         return;
     }
-    apply_headers(req, resp, content_type ? content_type : "text/event-stream");
+    req->stream_ctype = xstrdup(content_type ? content_type : "text/event-stream");
+    apply_headers(req, resp, req->stream_ctype);
     req->streaming = true;
     req->resp = resp;
     req->status = (unsigned)status;

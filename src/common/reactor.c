@@ -11,7 +11,6 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
-#include <sys/timerfd.h>
 #include <unistd.h>
 
 #define MAX_EVENTS 128
@@ -33,7 +32,6 @@ struct task {
 
 struct reactor {
     int epfd;
-    int timerfd;
     int eventfd;
     int sigfd;
     reactor_signal_cb sig_cb;
@@ -45,46 +43,50 @@ struct reactor {
     size_t nwatches;
     struct fd_watch *dead_list;
 
+    /* Timers: a min-heap on (due_ms, seq). There is no timerfd: the earliest due time
+     * becomes epoll_wait's timeout, so starting, stopping and rescheduling a timer costs
+     * no syscall (timerfd_settime was the largest item of a proxied request's profile —
+     * in a VM each one that fires at once costs an interrupt round trip). */
     struct reactor_timer **heap;
     size_t heap_len, heap_cap;
-    int64_t armed_due; /* what the timerfd is set to; INT64_MAX = disarmed */
-    /* While run_due_timers() fires a batch: the batch's "now". A timer (re)started from a
-     * callback is due no earlier than batch_now + 1, so a callback restarting its own
-     * timer with delay 0 runs again next iteration, not 1024 times in this batch. */
-    bool in_timer_batch;
-    int64_t batch_now;
-    /* A timer was pushed to batch_now + 1 by the rule above: the next batch runs as soon
-     * as the loop comes round (its "now" is at least batch_now + 1), instead of sleeping
-     * until the clock reaches the next millisecond. Without this every hand-off through
-     * a zero-delay timer (httpd/httpc kicks) costs up to 1 ms of idle wait. */
-    bool deferred;
+    uint64_t timer_seq; /* last seq handed out */
+
+    /* Deferred callbacks: circular lists with sentinels. `deferred` collects; a pass
+     * moves it to `running` first, so what is queued meanwhile waits for the next pass. */
+    struct reactor_deferred deferred;
+    struct reactor_deferred running;
 
     pthread_mutex_t inbox_lock;
     struct task *inbox_head, *inbox_tail;
 };
 
 /* Internal fds use watches too, with these callbacks. */
-static void on_timerfd(struct reactor *r, int fd, uint32_t events, void *arg);
 static void on_eventfd(struct reactor *r, int fd, uint32_t events, void *arg);
 static void on_signalfd(struct reactor *r, int fd, uint32_t events, void *arg);
+
+static void dlist_init(struct reactor_deferred *head)
+{
+    head->prev = head->next = head;
+}
+
+static bool dlist_empty(const struct reactor_deferred *head)
+{
+    return head->next == head;
+}
 
 struct reactor *reactor_new(void)
 {
     struct reactor *r = xcalloc(1, sizeof(*r));
-    r->epfd = r->timerfd = r->eventfd = r->sigfd = -1;
-    r->armed_due = INT64_MAX;
+    r->epfd = r->eventfd = r->sigfd = -1;
+    dlist_init(&r->deferred);
+    dlist_init(&r->running);
     pthread_mutex_init(&r->inbox_lock, NULL);
     r->now_ms = mono_ms();
     r->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (r->epfd < 0)
         goto fail;
-    r->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-    if (r->timerfd < 0)
-        goto fail;
     r->eventfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (r->eventfd < 0)
-        goto fail;
-    if (reactor_add_fd(r, r->timerfd, EPOLLIN, on_timerfd, NULL) != 0)
         goto fail;
     if (reactor_add_fd(r, r->eventfd, EPOLLIN, on_eventfd, NULL) != 0)
         goto fail;
@@ -134,10 +136,13 @@ void reactor_free(struct reactor *r)
     free(r->watches);
     free_dead(r);
     free(r->heap);
+    /* Deferred callbacks still queued belong to their owners: just forget them. */
+    while (!dlist_empty(&r->deferred))
+        reactor_defer_cancel(r, r->deferred.next);
+    while (!dlist_empty(&r->running))
+        reactor_defer_cancel(r, r->running.next);
     if (r->epfd >= 0)
         close(r->epfd);
-    if (r->timerfd >= 0)
-        close(r->timerfd);
     if (r->eventfd >= 0)
         close(r->eventfd);
     if (r->sigfd >= 0)
@@ -215,11 +220,11 @@ bool reactor_has_fd(struct reactor *r, int fd)
     return fd >= 0 && (size_t)fd < r->nwatches && r->watches[fd];
 }
 
-/* ---- timers: a binary min-heap on due time ------------------------------------- */
+/* ---- timers: a binary min-heap on (due time, start order) ---------------------- */
 
 static bool earlier(const struct reactor_timer *a, const struct reactor_timer *b)
 {
-    return a->due_ms < b->due_ms;
+    return a->due_ms < b->due_ms || (a->due_ms == b->due_ms && a->seq < b->seq);
 }
 
 static void heap_swap(struct reactor *r, size_t i, size_t j)
@@ -271,30 +276,16 @@ static void heap_remove(struct reactor *r, struct reactor_timer *t)
     }
 }
 
-static void rearm_timerfd(struct reactor *r)
+static void heap_insert(struct reactor *r, struct reactor_timer *t)
 {
-    int64_t due = r->heap_len ? r->heap[0]->due_ms : INT64_MAX;
-    if (due == r->armed_due)
-        return;
-    /* Armed for earlier than needed (a timer was stopped or a later one started): let it
-     * fire early — the batch finds nothing due and re-arms — rather than pay one
-     * timerfd_settime per timer start/stop, which dominated a proxied request's CPU
-     * profile. armed_due < 0 means "must re-arm" (the timerfd just expired); with no
-     * timer left it is disarmed at once, so an idle loop gets no spurious wakeup. */
-    if (r->armed_due >= 0 && due != INT64_MAX && due > r->armed_due)
-        return;
-    struct itimerspec its;
-    memset(&its, 0, sizeof(its));
-    if (due != INT64_MAX) {
-        /* TFD_TIMER_ABSTIME with 0 would disarm: a due time in the past fires at once. */
-        int64_t at = due > 0 ? due : 1;
-        if (r->deferred && due <= r->batch_now + 1)
-            at = 1; /* deferred from the last batch: fire on the next iteration */
-        its.it_value.tv_sec = at / 1000;
-        its.it_value.tv_nsec = (at % 1000) * 1000000L;
+    if (r->heap_len == r->heap_cap) {
+        r->heap_cap = r->heap_cap ? r->heap_cap * 2 : 16;
+        r->heap = xrealloc(r->heap, r->heap_cap * sizeof(*r->heap));
     }
-    timerfd_settime(r->timerfd, TFD_TIMER_ABSTIME, &its, NULL);
-    r->armed_due = due;
+    t->seq = ++r->timer_seq;
+    t->heap_index = r->heap_len;
+    r->heap[r->heap_len++] = t;
+    heap_up(r, t->heap_index);
 }
 
 void reactor_timer_init(struct reactor_timer *t, reactor_timer_cb cb, void *arg)
@@ -318,19 +309,8 @@ void reactor_timer_start(struct reactor *r, struct reactor_timer *t, int64_t del
     if (delay_ms < 0)
         delay_ms = 0;
     t->due_ms = mono_ms() + delay_ms;
-    if (r->in_timer_batch && t->due_ms <= r->batch_now) {
-        t->due_ms = r->batch_now + 1;
-        r->deferred = true;
-    }
     t->interval_ms = interval_ms > 0 ? interval_ms : 0;
-    if (r->heap_len == r->heap_cap) {
-        r->heap_cap = r->heap_cap ? r->heap_cap * 2 : 16;
-        r->heap = xrealloc(r->heap, r->heap_cap * sizeof(*r->heap));
-    }
-    t->heap_index = r->heap_len;
-    r->heap[r->heap_len++] = t;
-    heap_up(r, t->heap_index);
-    rearm_timerfd(r);
+    heap_insert(r, t);
 }
 
 void reactor_timer_stop(struct reactor *r, struct reactor_timer *t)
@@ -338,51 +318,105 @@ void reactor_timer_stop(struct reactor *r, struct reactor_timer *t)
     if (!reactor_timer_active(t))
         return;
     heap_remove(r, t);
-    rearm_timerfd(r);
 }
 
 static void run_due_timers(struct reactor *r)
 {
     int64_t now = mono_ms();
-    if (r->deferred) {
-        /* Timers deferred by the previous batch are due now, even within the same ms. */
-        r->deferred = false;
-        if (now <= r->batch_now)
-            now = r->batch_now + 1;
-    }
     r->now_ms = now;
-    bool nested = r->in_timer_batch;
-    r->in_timer_batch = true;
-    r->batch_now = now;
-    /* Bound the batch so a 0-interval storm cannot starve I/O. */
-    for (int fired = 0; r->heap_len && r->heap[0]->due_ms <= now && fired < 1024; fired++) {
+    /* Only timers started before this pass fire in it: one (re)started from a callback
+     * here has a larger seq. Heap order is (due, seq), and a timer started now is due no
+     * earlier than `now`, so every older due timer sorts before it and stopping at the
+     * first newer one skips nothing. This is what makes a timer that restarts itself
+     * with delay 0 run once per iteration instead of spinning inside this loop. */
+    uint64_t last_seq = r->timer_seq;
+    /* Bound the pass so a storm of due timers cannot starve I/O. */
+    for (int fired = 0; r->heap_len && fired < 1024; fired++) {
         struct reactor_timer *t = r->heap[0];
+        if (t->due_ms > now || t->seq > last_seq)
+            break;
         heap_remove(r, t);
         if (t->interval_ms > 0) {
             t->due_ms += t->interval_ms;
             if (t->due_ms <= now) /* we fell behind: skip missed ticks */
                 t->due_ms = now + t->interval_ms;
-            if (r->heap_len == r->heap_cap) {
-                r->heap_cap = r->heap_cap ? r->heap_cap * 2 : 16;
-                r->heap = xrealloc(r->heap, r->heap_cap * sizeof(*r->heap));
-            }
-            t->heap_index = r->heap_len;
-            r->heap[r->heap_len++] = t;
-            heap_up(r, t->heap_index);
+            heap_insert(r, t);
         }
         t->cb(r, t->arg); /* may stop/restart/free t */
     }
-    r->in_timer_batch = nested;
-    r->armed_due = -1; /* force a rearm: the timerfd expired */
-    rearm_timerfd(r);
 }
 
-static void on_timerfd(struct reactor *r, int fd, uint32_t events, void *arg)
+/* epoll_wait's timeout: the caller's, shortened to the earliest timer; 0 when there is
+ * something to do right away. */
+static int wait_timeout(struct reactor *r, int timeout_ms)
 {
-    uint64_t expirations;
-    while (read(fd, &expirations, sizeof(expirations)) > 0) {
+    if (!dlist_empty(&r->deferred))
+        return 0;
+    if (!r->heap_len)
+        return timeout_ms;
+    int64_t until = r->heap[0]->due_ms - mono_ms();
+    if (until <= 0)
+        return 0;
+    if (until > INT32_MAX)
+        until = INT32_MAX;
+    /* mono_ms truncates, so waiting `until` whole ms never wakes before the due time. */
+    if (timeout_ms < 0 || until < timeout_ms)
+        return (int)until;
+    return timeout_ms;
+}
+
+/* ---- deferred callbacks -------------------------------------------------------- */
+
+void reactor_deferred_init(struct reactor_deferred *d, reactor_deferred_cb cb, void *arg)
+{
+    d->cb = cb;
+    d->arg = arg;
+    d->prev = d->next = NULL;
+}
+
+bool reactor_deferred_pending(const struct reactor_deferred *d)
+{
+    return d->next != NULL;
+}
+
+void reactor_defer(struct reactor *r, struct reactor_deferred *d)
+{
+    if (d->next)
+        return; /* queued already (for this pass or the next one) */
+    struct reactor_deferred *head = &r->deferred;
+    d->next = head;
+    d->prev = head->prev;
+    head->prev->next = d;
+    head->prev = d;
+}
+
+void reactor_defer_cancel(struct reactor *r, struct reactor_deferred *d)
+{
+    if (!d->next)
+        return;
+    d->prev->next = d->next;
+    d->next->prev = d->prev;
+    d->prev = d->next = NULL;
+}
+
+static void run_deferred(struct reactor *r)
+{
+    if (dlist_empty(&r->deferred))
+        return;
+    /* Move the queue to `running` (splice), then pop one at a time: a callback may
+     * cancel others still waiting in `running`, or queue new ones (they go to
+     * `deferred`, i.e. the next pass). */
+    struct reactor_deferred *run = &r->running, *q = &r->deferred;
+    run->next = q->next;
+    run->prev = q->prev;
+    run->next->prev = run;
+    run->prev->next = run;
+    dlist_init(q);
+    while (!dlist_empty(run)) {
+        struct reactor_deferred *d = run->next;
+        reactor_defer_cancel(r, d);
+        d->cb(r, d->arg); /* may re-queue d, or free its holder */
     }
-    run_due_timers(r);
 }
 
 /* ---- inbox --------------------------------------------------------------------- */
@@ -465,11 +499,11 @@ static void on_signalfd(struct reactor *r, int fd, uint32_t events, void *arg)
 int reactor_run_once(struct reactor *r, int timeout_ms)
 {
     struct epoll_event events[MAX_EVENTS];
-    int n = epoll_wait(r->epfd, events, MAX_EVENTS, timeout_ms);
+    int n = epoll_wait(r->epfd, events, MAX_EVENTS, wait_timeout(r, timeout_ms));
     if (n < 0) {
-        if (errno == EINTR)
-            return 0;
-        return -errno;
+        if (errno != EINTR)
+            return -errno;
+        n = 0;
     }
     r->now_ms = mono_ms();
     for (int i = 0; i < n; i++) {
@@ -479,9 +513,9 @@ int reactor_run_once(struct reactor *r, int timeout_ms)
         w->cb(r, w->fd, events[i].events, w->arg);
     }
     free_dead(r);
-    /* Timers already due run even if the timerfd event is in the next batch. */
     if (r->heap_len && r->heap[0]->due_ms <= mono_ms())
         run_due_timers(r);
+    run_deferred(r);
     return n;
 }
 

@@ -857,9 +857,10 @@ static void on_total_timeout(struct preq *pr)
 }
 
 /* Deadlines are checked by one periodic timer per worker rather than two timers per
- * request: arming and disarming timers costs a timerfd_settime each, which showed up as
- * the largest item of a request's CPU profile. The granularity (sweep_ms, a tenth of
- * the shortest timeout, 10..100 ms) is far below any sensible timeout. */
+ * request (arming and disarming them per request was a visible cost when reactor timers
+ * were backed by a timerfd; the sweep is still the cheaper shape). The granularity
+ * (sweep_ms, a tenth of the shortest timeout, 10..100 ms) is far below any sensible
+ * timeout. */
 static void on_sweep(struct reactor *r, void *arg)
 {
     struct coord_worker *w = arg;

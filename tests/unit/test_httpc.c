@@ -191,6 +191,11 @@ static int serve_one(struct tsrv *s, int fd, const char *method, const char *pat
     }
     if (has_prefix(path, "/close"))
         return -1;
+    if (has_prefix(path, "/bye")) {
+        /* a keep-alive answer, then the server drops the idle connection */
+        send_str(fd, "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nbye");
+        return -1;
+    }
     if (has_prefix(path, "/nocontent"))
         return send_str(fd, "HTTP/1.1 204 No Content\r\n\r\n");
     if (has_prefix(path, "/status")) {
@@ -690,6 +695,52 @@ static void test_keepalive_reuse(void **state)
     free(u);
     assert_int_equal(atomic_load(&f->s->requests), N);
     assert_int_equal(atomic_load(&f->s->accepted), 1);
+}
+
+/* The server drops an idle keep-alive connection. The client stops watching it without
+ * spinning on its level-triggered EOF, and the next request opens a new connection
+ * (likely on the same fd number) and completes. */
+static void test_idle_connection_closed_by_server(void **state)
+{
+    struct fx *f = *state;
+    struct res x = {.f = f};
+    char *u = url(f, "/bye");
+    httpc_get(f->c, u, 5000, on_done, &x);
+    free(u);
+    run_until_int(f, &x.ncalls, 1, 5000);
+    assert_int_equal(x.error, 0);
+    assert_string_equal(x.body, "bye");
+    res_release(&x);
+    /* the server thread closes its end after answering */
+    int64_t deadline = mono_ms() + 5000;
+    for (;;) {
+        pthread_mutex_lock(&f->s->mu);
+        bool closed = f->s->nconn == 1 && f->s->fd[0] == -1;
+        pthread_mutex_unlock(&f->s->mu);
+        if (closed || mono_ms() > deadline)
+            break;
+        reactor_run_once(f->r, 5);
+    }
+    /* No busy loop on the dead idle socket: iterations of 20 ms each, not thousands. */
+    int iterations = 0;
+    int64_t t0 = mono_ms();
+    while (mono_ms() - t0 < 200) {
+        reactor_run_once(f->r, 20);
+        iterations++;
+    }
+    assert_true(iterations < 50);
+    for (int i = 0; i < 3; i++) {
+        struct res y = {.f = f};
+        u = url(f, "/hello");
+        httpc_get(f->c, u, 5000, on_done, &y);
+        free(u);
+        run_until_int(f, &y.ncalls, 1, 5000);
+        assert_int_equal(y.ncalls, 1);
+        assert_int_equal(y.error, 0);
+        assert_string_equal(y.body, "hello world");
+        res_release(&y);
+    }
+    assert_int_equal(atomic_load(&f->s->accepted), 2);
 }
 
 static void test_request_from_done(void **state)
@@ -1352,6 +1403,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_post_json, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_50, setup, teardown),
         cmocka_unit_test_setup_teardown(test_keepalive_reuse, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_idle_connection_closed_by_server, setup, teardown),
         cmocka_unit_test_setup_teardown(test_request_from_done, setup, teardown),
         cmocka_unit_test_setup_teardown(test_timeout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refused, setup, teardown),

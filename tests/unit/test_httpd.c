@@ -54,6 +54,8 @@ struct call {
     struct strbuf body_in;
     char allow[128];
     char content_type[128];
+    char content_length[32];
+    char transfer_encoding[32];
     size_t uploaded;
 };
 
@@ -88,6 +90,10 @@ static size_t on_header(char *p, size_t sz, size_t n, void *arg)
         copy_header_value(c->allow, sizeof(c->allow), p, len, 6);
     if (len > 13 && strncasecmp(p, "Content-Type:", 13) == 0)
         copy_header_value(c->content_type, sizeof(c->content_type), p, len, 13);
+    if (len > 15 && strncasecmp(p, "Content-Length:", 15) == 0)
+        copy_header_value(c->content_length, sizeof(c->content_length), p, len, 15);
+    if (len > 18 && strncasecmp(p, "Transfer-Encoding:", 18) == 0)
+        copy_header_value(c->transfer_encoding, sizeof(c->transfer_encoding), p, len, 18);
     return len;
 }
 
@@ -706,6 +712,7 @@ static void test_sse_stream(void **state)
     assert_string_equal(strbuf_str(&a.body_in),
                         "data: 0\n\ndata: 1\n\ndata: 2\n\ndata: 3\n\ndata: 4\n\ndata: 5\n\n");
     assert_true(a.writes >= 2); /* the first event arrived on its own */
+    assert_string_equal(a.transfer_encoding, "chunked"); /* a live stream */
     loop_until(s.r, closed_once, &s);
     assert_int_equal(s.closes, 1);
     assert_false(s.gone_at_close);
@@ -877,6 +884,10 @@ static void test_late_stream(void **state)
     assert_int_equal(a.status, 201);
     assert_string_equal(a.content_type, "text/event-stream");
     assert_string_equal(strbuf_str(&a.body_in), "data: a\n\ndata: b\n\n");
+    /* Begun, written and ended before the server sent anything: it went out as one
+     * response with a length, not chunked. */
+    assert_string_equal(a.content_length, "18");
+    assert_string_equal(a.transfer_encoding, "");
     loop_until(s.r, closed_once, &s);
     assert_false(s.gone_at_close);
     call_release(&a);

@@ -342,24 +342,228 @@ static void test_timer_stop_from_own_callback(void **state)
     assert_true(reactor_run_once(r, 20) >= 0);
 }
 
-/* A timer restarting itself with delay 0 runs again in a later iteration, not in a
- * tight loop inside the same one. */
+/* A timer restarting itself with delay 0 runs again in the next iteration — exactly
+ * once per iteration, not in a tight loop inside the same one — and the loop does not
+ * sleep in between. */
 static void test_timer_restart_zero_from_callback(void **state)
 {
     struct reactor *r = *state;
     struct selfstop s = {.restart_zero = true};
     reactor_timer_init(&s.t, selfstop_cb, &s);
     reactor_timer_start(r, &s.t, 0, 0);
-    int64_t deadline = mono_ms() + DEADLINE_MS;
-    while (s.fired == 0 && mono_ms() < deadline)
-        assert_true(reactor_run_once(r, 50) >= 0);
-    assert_true(s.fired >= 1);
-    assert_true(s.fired <= 2);
-    int before = s.fired;
-    assert_true(reactor_run_once(r, 50) >= 0);
-    assert_true(s.fired - before <= 2);
+    int64_t t0 = mono_ms();
+    for (int i = 1; i <= 50; i++) {
+        assert_true(reactor_run_once(r, 1000) >= 0);
+        assert_int_equal(s.fired, i);
+    }
+    assert_true(mono_ms() - t0 < 500); /* 50 iterations, none waited for the timeout */
     assert_true(reactor_timer_active(&s.t)); /* still rescheduling itself */
     reactor_timer_stop(r, &s.t);
+    assert_int_equal(reactor_run_once(r, 20), 0);
+    assert_int_equal(s.fired, 50);
+}
+
+/* A zero-delay timer started from an fd callback fires in that same iteration; timers
+ * due at the same millisecond fire in the order they were started. */
+struct zero_from_fd {
+    struct order ord;
+    struct tagged t[3];
+};
+
+static void start_three_cb(struct reactor *r, int fd, uint32_t events, void *arg)
+{
+    struct zero_from_fd *z = arg;
+    char buf[8];
+    while (read(fd, buf, sizeof(buf)) > 0) {
+    }
+    for (int i = 0; i < 3; i++)
+        reactor_timer_start(r, &z->t[i].t, 0, 0);
+}
+
+static void test_timer_zero_from_fd_same_iteration(void **state)
+{
+    struct reactor *r = *state;
+    struct zero_from_fd z = {0};
+    for (int i = 0; i < 3; i++) {
+        z.t[i] = (struct tagged){.ord = &z.ord, .tag = i};
+        reactor_timer_init(&z.t[i].t, tagged_cb, &z.t[i]);
+    }
+    int p[2];
+    assert_int_equal(pipe2(p, O_NONBLOCK | O_CLOEXEC), 0);
+    assert_int_equal(reactor_add_fd(r, p[0], EPOLLIN, start_three_cb, &z), 0);
+    assert_int_equal(write(p[1], "x", 1), 1);
+    assert_int_equal(reactor_run_once(r, 1000), 1);
+    assert_int_equal(z.ord.n, 3);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(z.ord.seq[i], i);
+    reactor_del_fd(r, p[0]);
+    close(p[0]);
+    close(p[1]);
+}
+
+/* With a timer armed, reactor_run_once waits until it is due (not the whole timeout,
+ * not less); with nothing armed it waits the whole timeout. */
+static void test_timer_bounds_wait(void **state)
+{
+    struct reactor *r = *state;
+    struct order ord = {0};
+    struct tagged t = {.ord = &ord, .tag = 1};
+    reactor_timer_init(&t.t, tagged_cb, &t);
+    int64_t t0 = mono_ms();
+    reactor_timer_start(r, &t.t, 40, 0);
+    while (t.fired == 0 && mono_ms() - t0 < DEADLINE_MS)
+        assert_true(reactor_run_once(r, 5000) >= 0);
+    int64_t el = mono_ms() - t0;
+    assert_int_equal(t.fired, 1);
+    assert_true(el >= 40);
+    assert_true(el < 2000);
+}
+
+/* ---- deferred callbacks -------------------------------------------------------- */
+
+struct dtest {
+    struct reactor_deferred d;
+    int runs;
+    int requeue;                    /* re-queue itself this many times */
+    struct reactor_deferred *cancel; /* cancel this one when run */
+    bool free_self;
+    bool *freed;
+    int *order;
+    int *norder;
+    int tag;
+};
+
+static void dtest_cb(struct reactor *r, void *arg)
+{
+    struct dtest *t = arg;
+    t->runs++;
+    if (t->order)
+        t->order[(*t->norder)++] = t->tag;
+    if (t->cancel)
+        reactor_defer_cancel(r, t->cancel);
+    if (t->requeue > 0) {
+        t->requeue--;
+        reactor_defer(r, &t->d);
+        assert_true(reactor_deferred_pending(&t->d));
+    }
+    if (t->free_self) {
+        *t->freed = true;
+        free(t);
+    }
+}
+
+static void defer_from_fd_cb(struct reactor *r, int fd, uint32_t events, void *arg)
+{
+    char buf[8];
+    while (read(fd, buf, sizeof(buf)) > 0) {
+    }
+    reactor_defer(r, arg);
+}
+
+/* Queued from an fd callback: runs at the end of that same iteration, once even if
+ * queued twice. */
+static void test_deferred_same_iteration(void **state)
+{
+    struct reactor *r = *state;
+    struct dtest t = {0};
+    reactor_deferred_init(&t.d, dtest_cb, &t);
+    assert_false(reactor_deferred_pending(&t.d));
+    int p[2];
+    assert_int_equal(pipe2(p, O_NONBLOCK | O_CLOEXEC), 0);
+    assert_int_equal(reactor_add_fd(r, p[0], EPOLLIN, defer_from_fd_cb, &t.d), 0);
+    assert_int_equal(write(p[1], "x", 1), 1);
+    assert_int_equal(reactor_run_once(r, 1000), 1);
+    assert_int_equal(t.runs, 1);
+    assert_false(reactor_deferred_pending(&t.d));
+
+    /* Queued twice from outside the loop: one run, in the next iteration, which does
+     * not wait for I/O. */
+    reactor_defer(r, &t.d);
+    reactor_defer(r, &t.d);
+    int64_t t0 = mono_ms();
+    assert_int_equal(reactor_run_once(r, 2000), 0);
+    assert_true(mono_ms() - t0 < 1000);
+    assert_int_equal(t.runs, 2);
+    assert_int_equal(reactor_run_once(r, 20), 0);
+    assert_int_equal(t.runs, 2);
+    reactor_del_fd(r, p[0]);
+    close(p[0]);
+    close(p[1]);
+}
+
+/* A callback re-queueing itself runs once per iteration, and each of those iterations
+ * still polls I/O (a pipe written meanwhile is served while the chain goes on). */
+static void test_deferred_requeue_next_iteration(void **state)
+{
+    struct reactor *r = *state;
+    struct dtest t = {.requeue = 5};
+    reactor_deferred_init(&t.d, dtest_cb, &t);
+    reactor_defer(r, &t.d);
+    int p[2];
+    assert_int_equal(pipe2(p, O_NONBLOCK | O_CLOEXEC), 0);
+    struct fd_rec rec = {0};
+    assert_int_equal(reactor_add_fd(r, p[0], EPOLLIN, rec_cb, &rec), 0);
+    for (int i = 1; i <= 6; i++) {
+        if (i == 3)
+            assert_int_equal(write(p[1], "x", 1), 1);
+        assert_true(reactor_run_once(r, 2000) >= 0);
+        assert_int_equal(t.runs, i);
+        if (i >= 3)
+            assert_int_equal(rec.calls, 1);
+    }
+    assert_false(reactor_deferred_pending(&t.d));
+    assert_int_equal(reactor_run_once(r, 20), 0);
+    assert_int_equal(t.runs, 6);
+    reactor_del_fd(r, p[0]);
+    close(p[0]);
+    close(p[1]);
+}
+
+/* Run in queue order; one callback cancels another queued for the same pass; cancel is
+ * idempotent; a callback may free its holder; a cancelled one can be queued again. */
+static void test_deferred_cancel_and_free(void **state)
+{
+    struct reactor *r = *state;
+    int order[8], n = 0;
+    struct dtest a = {.tag = 1, .order = order, .norder = &n};
+    struct dtest b = {.tag = 2, .order = order, .norder = &n};
+    struct dtest c = {.tag = 3, .order = order, .norder = &n};
+    reactor_deferred_init(&a.d, dtest_cb, &a);
+    reactor_deferred_init(&b.d, dtest_cb, &b);
+    reactor_deferred_init(&c.d, dtest_cb, &c);
+    a.cancel = &c.d;
+    bool freed = false;
+    struct dtest *h = xcalloc(1, sizeof(*h));
+    h->free_self = true;
+    h->freed = &freed;
+    reactor_deferred_init(&h->d, dtest_cb, h);
+    reactor_defer(r, &a.d);
+    reactor_defer(r, &b.d);
+    reactor_defer(r, &c.d);
+    reactor_defer(r, &h->d);
+    reactor_defer_cancel(r, &b.d);
+    reactor_defer_cancel(r, &b.d);
+    assert_false(reactor_deferred_pending(&b.d));
+    assert_int_equal(reactor_run_once(r, 1000), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(order[0], 1);
+    assert_int_equal(b.runs + c.runs, 0);
+    assert_true(freed);
+    a.cancel = NULL;
+    reactor_defer(r, &c.d);
+    reactor_defer(r, &a.d);
+    assert_int_equal(reactor_run_once(r, 1000), 0);
+    assert_int_equal(n, 3);
+    assert_int_equal(order[1], 3);
+    assert_int_equal(order[2], 1);
+
+    /* Still queued when its reactor is freed: forgotten (not run), left unqueued. */
+    struct reactor *r2 = reactor_new();
+    assert_non_null(r2);
+    reactor_defer(r2, &b.d);
+    reactor_free(r2);
+    assert_false(reactor_deferred_pending(&b.d));
+    assert_int_equal(b.runs, 0);
 }
 
 /* One timer's callback stops another one due in the same batch. */
@@ -649,9 +853,14 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_timer_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_timer_stop_from_own_callback, setup, teardown),
         cmocka_unit_test_setup_teardown(test_timer_restart_zero_from_callback, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_timer_zero_from_fd_same_iteration, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_timer_bounds_wait, setup, teardown),
         cmocka_unit_test_setup_teardown(test_timer_stop_other_in_batch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_many_timers, setup, teardown),
         cmocka_unit_test_setup_teardown(test_run_once_timeout, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_deferred_same_iteration, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_deferred_requeue_next_iteration, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_deferred_cancel_and_free, setup, teardown),
         cmocka_unit_test_setup_teardown(test_post_from_thread, setup, teardown),
         cmocka_unit_test_setup_teardown(test_post_runs_on_free, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_from_thread, setup, teardown),
