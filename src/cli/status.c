@@ -2,13 +2,13 @@
 #include "cli/status.h"
 
 #include "cli/commands.h"
+#include "common/cliopt.h"
 #include "common/cfg.h"
 #include "common/log.h"
 #include "common/reactor.h"
 #include "common/util.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -899,68 +899,24 @@ static char *trim_url(const char *u)
 
 int status_main(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"controller", required_argument, NULL, 'C'},
-        {"coordinator", required_argument, NULL, 'O'},
-        {"config", required_argument, NULL, 'c'},
-        {"state-dir", required_argument, NULL, 's'},
-        {"mgmt-api-key-file", required_argument, NULL, 'k'},
-        {"timeout", required_argument, NULL, 't'},
-        {"json", no_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     const char *ctl_arg = NULL, *coord_arg = NULL, *config = NULL, *state_dir = NULL;
-    char *key_file = NULL;
+    const char *key_arg = NULL;
     double timeout_s = STATUS_DEFAULT_TIMEOUT_MS / 1000.0;
     bool json_out = false;
-    optind = 1;
-    opterr = 1;
-    int ch;
-    while ((ch = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
-        switch (ch) {
-        case 'C':
-            ctl_arg = optarg;
-            break;
-        case 'O':
-            coord_arg = optarg;
-            break;
-        case 'c':
-            config = optarg;
-            break;
-        case 's':
-            state_dir = optarg;
-            break;
-        case 'k':
-            free(key_file);
-            key_file = xstrdup(optarg);
-            break;
-        case 't':
-            if (parse_double(optarg, 0.1, 600, &timeout_s) < 0) {
-                fprintf(stderr, "motor status: --timeout must be a number of seconds in "
-                                "[0.1, 600]\n");
-                free(key_file);
-                return 2;
-            }
-            break;
-        case 'j':
-            json_out = true;
-            break;
-        case 'h':
-            usage(stdout);
-            free(key_file);
-            return 0;
-        default:
-            usage(stderr);
-            free(key_file);
-            return 2;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "motor status: unexpected argument '%s'\n", argv[optind]);
-        free(key_file);
-        return 2;
-    }
+    const struct cliopt opts[] = {
+        {"controller", 0, CLIOPT_STRING, &ctl_arg, 0, 0, NULL},
+        {"coordinator", 0, CLIOPT_STRING, &coord_arg, 0, 0, NULL},
+        {"config", 'c', CLIOPT_STRING, &config, 0, 0, NULL},
+        {"state-dir", 0, CLIOPT_STRING, &state_dir, 0, 0, NULL},
+        {"mgmt-api-key-file", 0, CLIOPT_STRING, &key_arg, 0, 0, NULL},
+        {"timeout", 0, CLIOPT_DOUBLE, &timeout_s, 0.1, 600, "a number of seconds in [0.1, 600]"},
+        {"json", 0, CLIOPT_FLAG, &json_out, 0, 0, NULL},
+        {NULL, 0, 0, NULL, 0, 0, NULL},
+    };
+    int prc = cliopt_parse("motor status", argc, argv, opts, usage);
+    if (prc)
+        return prc == 1 ? 0 : prc;
+    char *key_file = xstrdup(key_arg);
 
     char *ctl = NULL, *coord = NULL;
     int rc = 0;

@@ -4,6 +4,7 @@
 #include "cli/commands.h"
 #include "cli/status.h"
 #include "cli/up_plan.h"
+#include "common/cliopt.h"
 #include "common/cfg.h"
 #include "common/httpc.h"
 #include "common/log.h"
@@ -15,7 +16,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -1023,66 +1023,18 @@ struct up_args {
 
 static int parse_args(int argc, char **argv, struct up_args *a)
 {
-    static const struct option opts[] = {
-        {"config", required_argument, NULL, 'c'},
-        {"state-dir", required_argument, NULL, 's'},
-        {"port-base", required_argument, NULL, 'p'},
-        {"keep-state", no_argument, NULL, 'k'},
-        {"ready-timeout", required_argument, NULL, 'r'},
-        {"plain", no_argument, NULL, 'P'},
-        {"dry-run", no_argument, NULL, 'n'},
-        {"log-level", required_argument, NULL, 'l'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+    const struct cliopt opts[] = {
+        {"config", 'c', CLIOPT_STRING, &a->config, 0, 0, NULL},
+        {"state-dir", 0, CLIOPT_STRING, &a->state_dir, 0, 0, NULL},
+        {"port-base", 0, CLIOPT_INT, &a->port_base, 1024, 65000, "an integer in [1024, 65000]"},
+        {"keep-state", 0, CLIOPT_FLAG, &a->keep, 0, 0, NULL},
+        {"ready-timeout", 0, CLIOPT_DOUBLE, &a->ready_timeout, 0, 86400, "seconds in [0, 86400]"},
+        {"plain", 0, CLIOPT_FLAG, &a->plain, 0, 0, NULL},
+        {"dry-run", 0, CLIOPT_FLAG, &a->dry_run, 0, 0, NULL},
+        {"log-level", 0, CLIOPT_STRING, &a->log_level, 0, 0, NULL},
+        {NULL, 0, 0, NULL, 0, 0, NULL},
     };
-    optind = 1;
-    opterr = 1;
-    int ch;
-    while ((ch = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
-        switch (ch) {
-        case 'c':
-            a->config = optarg;
-            break;
-        case 's':
-            a->state_dir = optarg;
-            break;
-        case 'p':
-            if (parse_int(optarg, 1024, 65000, &a->port_base) < 0) {
-                fprintf(stderr, "motor up: --port-base must be an integer in [1024, 65000]\n");
-                return 2;
-            }
-            break;
-        case 'k':
-            a->keep = true;
-            break;
-        case 'r':
-            if (parse_double(optarg, 0, 86400, &a->ready_timeout) < 0) {
-                fprintf(stderr, "motor up: --ready-timeout must be seconds in [0, 86400]\n");
-                return 2;
-            }
-            break;
-        case 'P':
-            a->plain = true;
-            break;
-        case 'n':
-            a->dry_run = true;
-            break;
-        case 'l':
-            a->log_level = optarg;
-            break;
-        case 'h':
-            usage(stdout);
-            return 1;
-        default:
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "motor up: unexpected argument '%s'\n", argv[optind]);
-        return 2;
-    }
-    return 0;
+    return cliopt_parse("motor up", argc, argv, opts, usage);
 }
 
 static char *self_exe(void)

@@ -3,12 +3,12 @@
 #include "coordinator/coord_internal.h"
 
 #include "cli/commands.h"
+#include "common/cliopt.h"
 #include "common/log.h"
 #include "common/strbuf.h"
 #include "common/util.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -209,79 +209,27 @@ struct cli_args {
 
 static int parse_args(int argc, char **argv, struct cli_args *a)
 {
-    static const struct option opts[] = {
-        {"config", required_argument, NULL, 'c'},
-        {"host", required_argument, NULL, 'H'},
-        {"port", required_argument, NULL, 'p'},
-        {"mgmt-port", required_argument, NULL, 'm'},
-        {"workers", required_argument, NULL, 'w'},
-        {"log-level", required_argument, NULL, 'l'},
-        {"check-config", no_argument, NULL, 'k'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+    const struct cliopt opts[] = {
+        {"config", 0, CLIOPT_STRING, &a->config, 0, 0, NULL},
+        {"host", 0, CLIOPT_STRING, &a->host, 0, 0, NULL},
+        {"port", 0, CLIOPT_INT, &a->port, 0, 65535, "0-65535"},
+        {"mgmt-port", 0, CLIOPT_INT, &a->mgmt_port, 0, 65535, "0-65535"},
+        {"workers", 0, CLIOPT_INT, &a->workers, 1, 256, "1-256"},
+        {"log-level", 0, CLIOPT_STRING, &a->log_level, 0, 0, NULL},
+        {"check-config", 0, CLIOPT_FLAG, &a->check, 0, 0, NULL},
+        {NULL, 0, 0, NULL, 0, 0, NULL},
     };
     a->port = a->mgmt_port = a->workers = -1;
-    optind = 1;
-    opterr = 1;
-    int ch;
-    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (ch) {
-        case 'c':
-            a->config = optarg;
-            break;
-        case 'H':
-            a->host = optarg;
-            break;
-        case 'p':
-            if (parse_int(optarg, 0, 65535, &a->port) < 0) {
-                fprintf(stderr, "motor coordinator: --port must be 0-65535\n");
-                return 2;
-            }
-            break;
-        case 'm':
-            if (parse_int(optarg, 0, 65535, &a->mgmt_port) < 0) {
-                fprintf(stderr, "motor coordinator: --mgmt-port must be 0-65535\n");
-                return 2;
-            }
-            break;
-        case 'w':
-            if (parse_int(optarg, 1, 256, &a->workers) < 0) {
-                fprintf(stderr, "motor coordinator: --workers must be 1-256\n");
-                return 2;
-            }
-            break;
-        case 'l':
-            a->log_level = optarg;
-            break;
-        case 'k':
-            a->check = true;
-            break;
-        case 'h':
-            usage(stdout);
-            return 1;
-        default:
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "motor coordinator: unexpected argument '%s'\n", argv[optind]);
-        return 2;
-    }
-    return 0;
+    return cliopt_parse("motor coordinator", argc, argv, opts, usage);
 }
 
 static int load_config(struct coord *c, const struct cli_args *a)
 {
     ccfg_init(&c->cfg);
-    const char *path = a->config;
-    if (!path || !*path)
-        path = getenv("USER_CONFIG_PATH");
-    if (!path || !*path)
-        path = getenv("CONFIG_PATH");
+    const char *path = cliopt_config_path(a->config);
     struct cfg_errors e;
     cfg_errors_init(&e, "motor_coordinator_config");
-    if (path && *path) {
+    if (path) {
         json_t *root = cfg_load_file(path, &e);
         if (root) {
             ccfg_apply(&c->cfg, root, &e);

@@ -4,11 +4,11 @@
 #include "nodemgr/nm_internal.h"
 
 #include "cli/commands.h"
+#include "common/cliopt.h"
 #include "common/log.h"
 #include "common/util.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -181,56 +181,17 @@ struct cli_args {
 
 static int parse_args(int argc, char **argv, struct cli_args *a)
 {
-    static const struct option opts[] = {
-        {"config", required_argument, NULL, 'c'},
-        {"role", required_argument, NULL, 'r'},
-        {"port", required_argument, NULL, 'p'},
-        {"state-file", required_argument, NULL, 's'},
-        {"log-level", required_argument, NULL, 'l'},
-        {"check-config", no_argument, NULL, 'k'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+    const struct cliopt opts[] = {
+        {"config", 0, CLIOPT_STRING, &a->config, 0, 0, NULL},
+        {"role", 0, CLIOPT_STRING, &a->role, 0, 0, NULL},
+        {"port", 0, CLIOPT_INT, &a->port, 0, 65535, "0-65535"},
+        {"state-file", 0, CLIOPT_STRING, &a->state_file, 0, 0, NULL},
+        {"log-level", 0, CLIOPT_STRING, &a->log_level, 0, 0, NULL},
+        {"check-config", 0, CLIOPT_FLAG, &a->check, 0, 0, NULL},
+        {NULL, 0, 0, NULL, 0, 0, NULL},
     };
     a->port = -1;
-    optind = 1;
-    opterr = 1;
-    int ch;
-    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (ch) {
-        case 'c':
-            a->config = optarg;
-            break;
-        case 'r':
-            a->role = optarg;
-            break;
-        case 'p':
-            if (parse_int(optarg, 0, 65535, &a->port) < 0) {
-                fprintf(stderr, "motor node-manager: --port must be 0-65535\n");
-                return 2;
-            }
-            break;
-        case 's':
-            a->state_file = optarg;
-            break;
-        case 'l':
-            a->log_level = optarg;
-            break;
-        case 'k':
-            a->check = true;
-            break;
-        case 'h':
-            usage(stdout);
-            return 1;
-        default:
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "motor node-manager: unexpected argument '%s'\n", argv[optind]);
-        return 2;
-    }
-    return 0;
+    return cliopt_parse("motor node-manager", argc, argv, opts, usage);
 }
 
 /* ---- main ------------------------------------------------------------------------------- */

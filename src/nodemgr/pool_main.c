@@ -3,11 +3,11 @@
  * same pool runs inside `motor node-manager`. */
 #include "nodemgr/pool_internal.h"
 
+#include "common/cliopt.h"
 #include "common/log.h"
 #include "common/util.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,69 +92,25 @@ static void h_health(struct httpd_req *req, void *arg)
 
 int pool_main(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"host", required_argument, NULL, 'H'},
-        {"port", required_argument, NULL, 'p'},
-        {"manifests", required_argument, NULL, 'm'},
-        {"db", required_argument, NULL, 'd'},
-        {"base-dir", required_argument, NULL, 'b'},
-        {"stop-grace-ms", required_argument, NULL, 'g'},
-        {"api-key", required_argument, NULL, 'k'},
-        {"log-level", required_argument, NULL, 'l'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     const char *host = "127.0.0.1", *log_level = NULL, *api_key = getenv("MOTOR_POOL_API_KEY");
     int port = POOL_DEFAULT_PORT;
     int64_t grace = -1;
     struct pool_config cfg;
     pool_config_init(&cfg);
-    optind = 0;
-    int ch;
-    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (ch) {
-        case 'H':
-            host = optarg;
-            break;
-        case 'p':
-            if (parse_int(optarg, 0, 65535, &port) != 0) {
-                fprintf(stderr, "motor worker-pool: invalid --port '%s'\n", optarg);
-                return 2;
-            }
-            break;
-        case 'm':
-            cfg.manifests_dir = optarg;
-            break;
-        case 'd':
-            cfg.db_path = optarg;
-            break;
-        case 'b':
-            cfg.base_dir = optarg;
-            break;
-        case 'g':
-            if (parse_i64(optarg, 0, 600000, &grace) != 0) {
-                fprintf(stderr, "motor worker-pool: invalid --stop-grace-ms '%s'\n", optarg);
-                return 2;
-            }
-            break;
-        case 'k':
-            api_key = optarg;
-            break;
-        case 'l':
-            log_level = optarg;
-            break;
-        case 'h':
-            usage(stdout);
-            return 0;
-        default:
-            fprintf(stderr, "(see 'motor worker-pool --help')\n");
-            return 2;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "motor worker-pool: unexpected argument '%s'\n", argv[optind]);
-        return 2;
-    }
+    const struct cliopt opts[] = {
+        {"host", 0, CLIOPT_STRING, &host, 0, 0, NULL},
+        {"port", 0, CLIOPT_INT, &port, 0, 65535, "0-65535"},
+        {"manifests", 0, CLIOPT_STRING, &cfg.manifests_dir, 0, 0, NULL},
+        {"db", 0, CLIOPT_STRING, &cfg.db_path, 0, 0, NULL},
+        {"base-dir", 0, CLIOPT_STRING, &cfg.base_dir, 0, 0, NULL},
+        {"stop-grace-ms", 0, CLIOPT_I64, &grace, 0, 600000, "milliseconds in [0, 600000]"},
+        {"api-key", 0, CLIOPT_STRING, &api_key, 0, 0, NULL},
+        {"log-level", 0, CLIOPT_STRING, &log_level, 0, 0, NULL},
+        {NULL, 0, 0, NULL, 0, 0, NULL},
+    };
+    int prc = cliopt_parse("motor worker-pool", argc, argv, opts, usage);
+    if (prc)
+        return prc == 1 ? 0 : prc;
     log_set_component("worker-pool");
     if (log_level) {
         enum log_level lv;
