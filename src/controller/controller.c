@@ -267,6 +267,7 @@ struct probe_round {
     struct ctl *c;
     enum probe_kind kind;
     int64_t id;
+    uint64_t incarnation; /* of the instance probed: a rebuilt one ignores the result */
     size_t n, left;
     bool *ok;
     char **keys; /* "ip port" of each NM */
@@ -314,6 +315,7 @@ static void probe_start(struct ctl *c, struct ctl_inst *in, enum probe_kind kind
     p->c = c;
     p->kind = kind;
     p->id = in->id;
+    p->incarnation = in->incarnation;
     p->n = p->left = in->n_nms;
     p->ok = xcalloc(in->n_nms + 1, sizeof(bool));
     p->keys = xcalloc(in->n_nms + 1, sizeof(char *));
@@ -385,7 +387,7 @@ static void drop_pending(struct ctl *c, struct ctl_inst *p, const char *why)
 static void assembly_probed(struct ctl *c, struct probe_round *pr)
 {
     struct ctl_inst *p = ctl_find_pending(c, pr->id);
-    if (!p)
+    if (!p || p->incarnation != pr->incarnation)
         return;
     p->probing = false;
     bool changed = false;
@@ -659,6 +661,7 @@ void ctl_d2d_peers(struct ctl *c, const struct ctl_inst *in, struct wire_strlist
 
 struct start_arg {
     int64_t id;
+    uint64_t incarnation;
     char *key;
 };
 
@@ -693,7 +696,7 @@ static void start_done(struct ctl *c, const struct httpc_response *resp, void *a
 {
     struct start_arg *a = arg;
     struct ctl_inst *in = ctl_find(c, a->id);
-    if (in) {
+    if (in && in->incarnation == a->incarnation) {
         in->start_inflight--;
         ssize_t i = nm_by_key(in, a->key);
         if (ctl_http_ok(resp)) {
@@ -729,6 +732,7 @@ static void send_start(struct ctl *c, struct ctl_inst *in)
         char *url = ctl_nm_url(c, nm->pod_ip, nm->port, "/node-manager/start");
         struct start_arg *a = xcalloc(1, sizeof(*a));
         a->id = in->id;
+        a->incarnation = in->incarnation;
         a->key = xasprintf("%s %s", nm->pod_ip, nm->port);
         in->start_inflight++;
         log_info("start_command_sent", LF_INT("instance_id", in->id),
@@ -761,7 +765,7 @@ static void on_send_timer(struct reactor *r, void *arg)
 static void isolation_probed(struct ctl *c, struct probe_round *pr)
 {
     struct ctl_inst *in = ctl_find(c, pr->id);
-    if (!in)
+    if (!in || in->incarnation != pr->incarnation)
         return;
     in->probing = false;
     if (in->status != WIRE_INS_ACTIVE)

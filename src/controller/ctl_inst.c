@@ -48,8 +48,11 @@ int ctl_transition(enum wire_ins_status from, enum ctl_event ev, enum wire_ins_s
 
 struct ctl_inst *ctl_inst_new(int64_t id)
 {
+    /* The only process-wide counter here: an id source, not shared state. */
+    static _Atomic uint64_t next_incarnation = 1;
     struct ctl_inst *in = xcalloc(1, sizeof(*in));
     in->id = id;
+    in->incarnation = next_incarnation++;
     in->status = WIRE_INS_INITIAL;
     in->nnodes = 1;
     in->multi_ep = true;

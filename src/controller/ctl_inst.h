@@ -57,6 +57,10 @@ struct ctl_faults;
 
 struct ctl_inst {
     int64_t id;
+    /* Unique per object for the life of the process: replies to requests sent on behalf
+     * of an instance (probes, start commands) carry it, so a reply that arrives after the
+     * instance was deleted and rebuilt under the same id is recognised as stale. */
+    uint64_t incarnation;
     char *job_name;
     char *model_name;
     char *engine_type; /* NULL = null */

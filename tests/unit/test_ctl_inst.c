@@ -308,10 +308,24 @@ static void test_ids(void **state)
     json_decref(a);
 }
 
+/* Same id, new object: replies addressed to the old one must be told apart. */
+static void test_incarnations_are_unique(void **state)
+{
+    (void)state;
+    struct ctl_inst *a = ctl_inst_new(42);
+    uint64_t first = a->incarnation;
+    ctl_inst_free(a);
+    struct ctl_inst *b = ctl_inst_new(42);
+    assert_true(first != 0);
+    assert_true(b->incarnation != first);
+    ctl_inst_free(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_state_table),
+        cmocka_unit_test(test_incarnations_are_unique),
         cmocka_unit_test(test_evaluate),
         cmocka_unit_test(test_hb_size_rule),
         cmocka_unit_test(test_find_nm_same_host),
