@@ -178,14 +178,8 @@ static void txn_done(struct store *st, json_t *body, const struct httpc_response
         return;
     }
     /* Somebody else holds it: learn who, give our lease back, try again later. */
-    const char *owner = NULL;
-    char *decoded = NULL;
-    json_t *rs = json_object_get(body, "responses");
-    json_t *rr = json_object_get(json_array_get(rs, 0), "response_range");
-    json_t *kv = json_array_get(json_object_get(rr, "kvs"), 0);
-    const char *v = json_string_value(json_object_get(kv, "value"));
-    if (v && (decoded = store_b64_decode(v, NULL)))
-        owner = decoded;
+    char *decoded = store_etcd_txn_owner(body);
+    const char *owner = decoded;
     post(st, "/v3/lease/revoke", json_pack("{s:s}", "ID", e->lease), revoke_done, NULL);
     e->lease[0] = '\0';
     store_campaign_retry(st, owner ? owner : "");
@@ -223,28 +217,24 @@ static void et_campaign(struct store *st)
 
 /* ---- data ------------------------------------------------------------------------------ */
 
-static void load_done(struct store *st, json_t *body, const struct httpc_response *resp)
+int store_etcd_parse_range(const json_t *body, const char *prefix, const char *leader_key,
+                           struct store_kv **out_kvs, size_t *out_n)
 {
-    struct etcd *e = st->impl;
-    store_load_cb cb = e->load_cb;
-    e->load_cb = NULL;
     json_t *kvs = json_object_get(body, "kvs");
-    if (!body || (kvs && !json_is_array(kvs))) {
-        log_error("store_etcd_load_failed", LF_STR("error", resp_err(body, resp)));
-        if (cb)
-            cb(st, -EIO, NULL, 0, e->load_arg);
-        return;
-    }
+    *out_kvs = NULL;
+    *out_n = 0;
+    if (!json_is_object(body) || (kvs && !json_is_array(kvs)))
+        return -EIO;
     size_t n = json_array_size(kvs), got = 0;
     struct store_kv *out = xcalloc(n + 1, sizeof(*out));
-    size_t plen = strlen(e->prefix);
+    size_t plen = strlen(prefix);
     for (size_t i = 0; i < n; i++) {
         json_t *kv = json_array_get(kvs, i);
         const char *k = json_string_value(json_object_get(kv, "key"));
         const char *v = json_string_value(json_object_get(kv, "value"));
         char *key = k ? store_b64_decode(k, NULL) : NULL;
         char *val = v ? store_b64_decode(v, NULL) : xstrdup("");
-        if (!key || !val || strncmp(key, e->prefix, plen) != 0 || strcmp(key, e->leader_key) == 0) {
+        if (!key || !val || strncmp(key, prefix, plen) != 0 || strcmp(key, leader_key) == 0) {
             free(key);
             free(val);
             continue;
@@ -254,13 +244,45 @@ static void load_done(struct store *st, json_t *body, const struct httpc_respons
         got++;
         free(key);
     }
+    *out_kvs = out;
+    *out_n = got;
+    return 0;
+}
+
+void store_kvs_free(struct store_kv *kvs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        free(kvs[i].key);
+        free(kvs[i].value);
+    }
+    free(kvs);
+}
+
+char *store_etcd_txn_owner(const json_t *body)
+{
+    json_t *rs = json_object_get(body, "responses");
+    json_t *rr = json_object_get(json_array_get(rs, 0), "response_range");
+    json_t *kv = json_array_get(json_object_get(rr, "kvs"), 0);
+    const char *v = json_string_value(json_object_get(kv, "value"));
+    return v ? store_b64_decode(v, NULL) : NULL;
+}
+
+static void load_done(struct store *st, json_t *body, const struct httpc_response *resp)
+{
+    struct etcd *e = st->impl;
+    store_load_cb cb = e->load_cb;
+    e->load_cb = NULL;
+    struct store_kv *out = NULL;
+    size_t got = 0;
+    if (!body || store_etcd_parse_range(body, e->prefix, e->leader_key, &out, &got) < 0) {
+        log_error("store_etcd_load_failed", LF_STR("error", resp_err(body, resp)));
+        if (cb)
+            cb(st, -EIO, NULL, 0, e->load_arg);
+        return;
+    }
     if (cb)
         cb(st, 0, out, got, e->load_arg);
-    for (size_t i = 0; i < got; i++) {
-        free(out[i].key);
-        free(out[i].value);
-    }
-    free(out);
+    store_kvs_free(out, got);
 }
 
 static void et_load(struct store *st, store_load_cb cb, void *arg)

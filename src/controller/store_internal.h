@@ -4,6 +4,8 @@
 
 #include "controller/store.h"
 
+#include <jansson.h>
+
 struct store_op {
     struct store_op *next;
     char *key;   /* NULL = a barrier */
@@ -46,6 +48,17 @@ struct store {
 int store_sqlite_open(struct store *st, const struct store_opts *o, char *err, size_t cap);
 int store_etcd_open(struct store *st, const struct store_opts *o, char *err, size_t cap);
 int store_memory_open(struct store *st, const struct store_opts *o, char *err, size_t cap);
+
+/* etcd reply parsing, pure (unit tests and tests/fuzz/fuzz_etcd_reply.c drive it).
+ * A /v3/kv/range answer: the records under prefix, prefix stripped, the leader key
+ * skipped, undecodable entries skipped. 0 with a fresh array (free with
+ * store_kvs_free), or -EIO when the body is not a range answer. */
+int store_etcd_parse_range(const json_t *body, const char *prefix, const char *leader_key,
+                           struct store_kv **out_kvs, size_t *out_n);
+void store_kvs_free(struct store_kv *kvs, size_t n);
+/* The current leader's owner string from a failed campaign txn answer; NULL when absent
+ * or undecodable. Caller frees. */
+char *store_etcd_txn_owner(const json_t *body);
 
 /* Backends report: */
 void store_set_leader(struct store *st, bool leader, const char *owner);
