@@ -365,6 +365,10 @@ struct nodemgr {
 
     /* engine output passthrough to the NM's stdout */
     int passthrough_fd;      /* -1 = none */
+    /* Upstream's daemon loop reads stdin: a line "stop" ends it (nm_main.c). */
+    bool stdin_watched;
+    char stdin_line[64];
+    size_t stdin_len;
     bool passthrough_socket; /* stdout is a socket: send with MSG_DONTWAIT */
     uint64_t passthrough_dropped;
 

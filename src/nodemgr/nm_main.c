@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Extra time after the engines' stop grace before the shutdown stops waiting. */
@@ -93,12 +95,15 @@ static void shutdown_deadline(struct reactor *r, void *arg)
     reactor_stop(nm->r);
 }
 
+static void stdin_unwatch(struct nodemgr *nm);
+
 void nm_shutdown(struct nodemgr *nm, const char *reason)
 {
     if (nm->shutting_down)
         return;
     nm->shutting_down = true;
     log_info("nm_shutdown", LF_STR("reason", reason), LF_INT("exit_code", nm->exit_code));
+    stdin_unwatch(nm);
     nm_ctrl_stop(nm);
     nm_arb_stop(nm);
     nm_engine_probes_stop(nm);
@@ -137,6 +142,71 @@ static void on_signal(struct reactor *r, int signo, void *arg)
         nm_shutdown(nm, signo == SIGTERM ? "SIGTERM" : "SIGINT");
         break;
     }
+}
+
+/* ---- stdin (upstream §2.2: a line "stop", any case, ends the daemon loop) --------------- */
+
+static void stdin_unwatch(struct nodemgr *nm)
+{
+    if (nm->stdin_watched)
+        reactor_del_fd(nm->r, STDIN_FILENO);
+    nm->stdin_watched = false;
+}
+
+static void stdin_line(struct nodemgr *nm, char *line)
+{
+    size_t n = strlen(line);
+    while (n && (line[n - 1] == '\r' || line[n - 1] == ' ' || line[n - 1] == '\t'))
+        line[--n] = '\0';
+    char *p = line;
+    while (*p == ' ' || *p == '\t')
+        p++;
+    if (strcasecmp(p, "stop") == 0)
+        nm_shutdown(nm, "stdin stop");
+    else if (*p)
+        log_info("stdin_ignored", LF_STR("line", p), LF_STR("hint", "type stop to shut down"));
+}
+
+static void on_stdin(struct reactor *r, int fd, uint32_t events, void *arg)
+{
+    (void)r;
+    struct nodemgr *nm = arg;
+    char buf[256];
+    /* One read per wake-up: epoll said readable, so it cannot block, and O_NONBLOCK is
+     * not set because the descriptor (a terminal) may be shared with the shell. */
+    ssize_t got = read(fd, buf, sizeof(buf));
+    if (got <= 0) {
+        if (got < 0 && (errno == EINTR || errno == EAGAIN))
+            return;
+        /* EOF (closed pipe, container without stdin): stop watching, no busy loop. */
+        stdin_unwatch(nm);
+        return;
+    }
+    for (ssize_t i = 0; i < got; i++) {
+        if (buf[i] == '\n') {
+            nm->stdin_line[nm->stdin_len] = '\0';
+            stdin_line(nm, nm->stdin_line);
+            nm->stdin_len = 0;
+        } else if (nm->stdin_len + 1 < sizeof(nm->stdin_line)) {
+            nm->stdin_line[nm->stdin_len++] = buf[i];
+        } /* longer lines are cut: "stop" is short, anything long is not it */
+    }
+}
+
+/* Watch stdin when it can carry a line: a pipe, socket or terminal. /dev/null, a
+ * regular file or a closed descriptor are skipped (epoll refuses regular files, and
+ * reading /dev/null is an immediate EOF). */
+static void stdin_watch(struct nodemgr *nm)
+{
+    struct stat st;
+    if (fstat(STDIN_FILENO, &st) < 0)
+        return;
+    bool usable = S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode) ||
+                  (S_ISCHR(st.st_mode) && isatty(STDIN_FILENO));
+    if (!usable)
+        return;
+    if (reactor_add_fd(nm->r, STDIN_FILENO, EPOLLIN, on_stdin, nm) == 0)
+        nm->stdin_watched = true;
 }
 
 static void tick(struct reactor *r, void *arg)
@@ -326,6 +396,7 @@ int node_manager_main(int argc, char **argv)
     nm->state_path = default_state_path(&a, nm->api_port);
     nm_ctrl_init(nm);
     nm_engine_passthrough_init(nm);
+    stdin_watch(nm);
     nm_launch_restore(nm);
     if (nm_reload_init(nm) < 0)
         goto fail;

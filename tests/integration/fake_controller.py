@@ -334,14 +334,14 @@ class NM:
 
 def start_nm(procs: motorlib.ProcRegistry, cfg_path: str, *, role: str = "union",
              env: Optional[dict] = None, args: tuple = (), name: str = "node-manager",
-             state_file: Optional[str] = None, scheme: str = "http") -> NM:
+             state_file: Optional[str] = None, scheme: str = "http", **kw: Any) -> NM:
     """Start `motor node-manager --config cfg_path --port 0` and wait until it listens."""
     extra = {"ROLE": role}
     extra.update(env or {})
     if state_file is None:
         state_file = os.path.join(os.path.dirname(cfg_path), f"nm-state-{time.monotonic_ns()}.json")
     p = procs.motor("node-manager", "--config", cfg_path, "--port", "0", "--state-file",
-                    state_file, *args, name=name, extra_env=extra)
+                    state_file, *args, name=name, extra_env=extra, **kw)
     ev = p.wait_event("nm_listening", timeout=15)
     return NM(p, int(ev["port"]), scheme)
 

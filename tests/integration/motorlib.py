@@ -173,7 +173,8 @@ class Proc:
 
     def __init__(self, argv: list[str], name: Optional[str] = None,
                  log_dir: Optional[str] = None, env: Optional[dict[str, str]] = None,
-                 cwd: Optional[str] = None, extra_env: Optional[dict[str, str]] = None):
+                 cwd: Optional[str] = None, extra_env: Optional[dict[str, str]] = None,
+                 stdin: Any = subprocess.DEVNULL):
         self.argv = [str(a) for a in argv]
         self.name = name or Path(self.argv[0]).name
         if log_dir is None:
@@ -184,7 +185,7 @@ class Proc:
         full_env.update(extra_env or {})
         self._log = open(self.log_path, "wb")
         try:
-            self.popen = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=self._log,
+            self.popen = subprocess.Popen(self.argv, stdin=stdin, stdout=self._log,
                                           stderr=subprocess.STDOUT, env=full_env, cwd=cwd,
                                           start_new_session=True)
         except BaseException:

@@ -5,6 +5,7 @@ fake `vllm` and `python3` on PATH that record their command line and exec the si
 import glob
 import os
 import signal
+import subprocess
 import time
 
 import motorlib
@@ -69,6 +70,42 @@ def test_sigterm_stops_engines_and_exits_255(procs, tmpdir_path):
     for p in pids:
         motorlib.assert_no_process(p, timeout=5)
     assert nm.find_events("engine_stopping")  # graceful: SIGTERM first
+
+
+def test_stdin_stop_line(procs, tmpdir_path):
+    """Upstream's daemon loop reads stdin: other lines are ignored, "stop" (any case,
+    surrounding blanks) shuts down like SIGTERM — engines stopped, exit 255."""
+    cfg = nm_config(nm={"standalone": True})
+    nm = start_nm(procs, write_json(os.path.join(tmpdir_path, "c.json"), cfg),
+                  stdin=subprocess.PIPE)
+    nm.wait_ready()
+    pid = nm.endpoint()["pid"]
+    nm.proc.popen.stdin.write(b"hello\n")
+    nm.proc.popen.stdin.flush()
+    nm.proc.wait_event("stdin_ignored", timeout=5)
+    assert nm.proc.alive()
+    nm.proc.popen.stdin.write(b"  StOp \r\n")
+    nm.proc.popen.stdin.flush()
+    assert nm.proc.wait(timeout=10) == 255
+    motorlib.assert_no_process(pid, timeout=5)
+    assert nm.find_events("nm_shutdown")[0]["reason"] == "stdin stop"
+
+
+def test_stdin_eof_keeps_running_without_spinning(procs, tmpdir_path):
+    cfg = nm_config(nm={"standalone": True})
+    nm = start_nm(procs, write_json(os.path.join(tmpdir_path, "c.json"), cfg),
+                  stdin=subprocess.PIPE)
+    nm.wait_ready()
+    nm.proc.popen.stdin.close()
+    time.sleep(0.3)
+    def cpu_ticks():
+        with open(f"/proc/{nm.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime + stime
+    before = cpu_ticks()
+    time.sleep(1.0)
+    assert cpu_ticks() - before < 20  # < 0.2 s of CPU in 1 s: no busy loop on EOF
+    assert nm.proc.alive() and nm.engines()["endpoints"][0]["status"] == "normal"
 
 
 def test_orphans_are_reaped(procs, tmpdir_path):
