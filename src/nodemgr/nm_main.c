@@ -2,6 +2,7 @@
  * signals, metrics, and the shutdown that always ends with exit status 255 (upstream's
  * sys.exit(-1): "restart this pod"). */
 #include "nodemgr/nm_internal.h"
+#include "nodemgr/nm_ports.h"
 
 #include "cli/commands.h"
 #include "common/cliopt.h"
@@ -347,6 +348,13 @@ int node_manager_main(int argc, char **argv)
     }
     for (size_t i = 0; i < cfg->warnings.n; i++)
         log_warn("config_warning", LF_STR("warning", cfg->warnings.items[i]));
+    char port_err[256];
+    if (nm_ports_allocate(cfg, a.port >= 0, port_err, sizeof(port_err)) < 0) {
+        fprintf(stderr, "motor node-manager: %s\n", port_err);
+        log_error("port_allocation_failed", LF_STR("error", port_err));
+        nm_config_free(cfg);
+        return 1;
+    }
 
     struct nodemgr *nm = xcalloc(1, sizeof(*nm));
     nm->cfg = cfg;

@@ -10,6 +10,7 @@
  * when engines are next launched. What needs a restart (bind address and port, TLS
  * material, the management key, standalone/KV mode) is logged. */
 #include "nodemgr/nm_internal.h"
+#include "nodemgr/nm_ports.h"
 
 #include "common/log.h"
 #include "common/util.h"
@@ -96,6 +97,7 @@ int nm_reload_now(struct nodemgr *nm)
     }
     cfg_errors_release(&errs);
     struct nm_config *old = nm->cfg;
+    nm_ports_carry(old, next);
     char *diff = nm_config_diff(old, next);
     char *restart = restart_required(old, next);
     nm->cfg = next;
