@@ -3,6 +3,7 @@
  * transitions, heartbeat timeouts, the guarded isolation probe) and persistence glue.
  * One reactor thread does everything. */
 #include "controller/ctl_internal.h"
+#include "controller/ctl_obs.h"
 
 #include "cli/commands.h"
 #include "common/cliopt.h"
@@ -230,11 +231,18 @@ static void change_status(struct ctl *c, struct ctl_inst *in, enum wire_ins_stat
              LF_STR("to", wire_ins_status_str(to)), LF_STR("trigger", event),
              LF_STR("cause", cause));
     metrics_counter_inc(metrics_counter_labels(c->m.transitions, "to", wire_ins_status_str(to)));
+    if (from == WIRE_INS_ACTIVE && in->ever_ready) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "instance %lld left active (now %s): %s", (long long)in->id,
+                 wire_ins_status_str(to), cause ? cause : event);
+        ctl_obs_raise(c, "instance_unavailable", "critical", in->id, in->job_name, msg);
+    }
     if (to == WIRE_INS_DELETED) {
         remove_instance(c, in);
         return;
     }
     if (to == WIRE_INS_ACTIVE) {
+        ctl_obs_clear(c, "instance_unavailable", in->id, in->job_name, "instance active again");
         in->ever_ready = true;
         /* The job is served again: runtimes of the instances it replaced go away. */
         ctl_drop_ghosts_of_job(c, in->job_name, in->id);
@@ -1273,6 +1281,11 @@ int controller_main(int argc, char **argv)
     gethostname(host, sizeof(host) - 1);
     c->owner = xasprintf("%s:%d:%d", host, (int)getpid(), c->port);
     ctl_api_register_routes(c);
+    if (ctl_obs_listen(c) < 0) {
+        fprintf(stderr, "motor controller: cannot listen on the observability port %d\n",
+                c->cfg.obs_port);
+        goto out;
+    }
     c->store = open_store(c);
     if (!c->store)
         goto out;
@@ -1300,6 +1313,7 @@ out:
         reactor_timer_stop(c->r, &c->load_retry);
         ctl_push_stop(c);
     }
+    ctl_obs_free(c);
     httpd_free(c->httpd);
     httpc_free(c->hc);
     ctl_requests_drop_all(c);

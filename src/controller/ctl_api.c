@@ -2,6 +2,7 @@
  * Motor's GET /controller/instances and GET /metrics. Handlers answer at once: every
  * route is a bounded amount of in-memory work (long flows run as state machines). */
 #include "controller/ctl_internal.h"
+#include "controller/ctl_obs.h"
 
 #include "common/log.h"
 #include "common/strbuf.h"
@@ -467,7 +468,7 @@ static json_t *inst_view(struct ctl *c, struct ctl_inst *in)
     return o;
 }
 
-static void h_instances(struct httpd_req *req, void *arg)
+void ctl_api_instances(struct httpd_req *req, void *arg)
 {
     struct ctl *c = arg;
     if (!serving(c, req))
@@ -516,7 +517,7 @@ static void h_readiness(struct httpd_req *req, void *arg)
                   c->leader ? "loading state" : "standby", "leader", store_leader_owner(c->store)));
 }
 
-static void h_metrics(struct httpd_req *req, void *arg)
+void ctl_api_metrics(struct httpd_req *req, void *arg)
 {
     struct ctl *c = arg;
     struct strbuf sb;
@@ -579,9 +580,10 @@ void ctl_api_register_routes(struct ctl *c)
     httpd_route(h, "POST", "/controller/terminate_instance", h_terminate, c, 0);
     httpd_route(h, "POST", "/controller/check_instance", h_check, c, 0);
     httpd_route(h, "GET", "/controller/fault_tolerance/status", h_ft_status, c, 0);
-    httpd_route(h, "GET", "/controller/instances", h_instances, c, 0);
+    httpd_route(h, "GET", "/controller/instances", ctl_api_instances, c, 0);
     httpd_route(h, "GET", "/startup", h_startup, c, 0);
     httpd_route(h, "GET", "/readiness", h_readiness, c, 0);
     httpd_route(h, "GET", "/liveness", h_liveness, c, 0);
-    httpd_route(h, "GET", "/metrics", h_metrics, c, 0);
+    httpd_route(h, "GET", "/metrics", ctl_api_metrics, c, 0);
+    ctl_obs_register_routes(c);
 }

@@ -21,6 +21,7 @@ void ctlcfg_init(struct ctlcfg *c)
     memset(c, 0, sizeof(*c));
     c->host = xstrdup(env_or("POD_IP", "127.0.0.1"));
     c->port = 1026;
+    c->obs_port = 1027;
     c->assemble_timeout_ms = 600000;
     c->assembler_check_ms = 30000;
     c->cmd_send_interval_ms = 30000;
@@ -292,8 +293,12 @@ static void apply_controller(struct ctlcfg *c, json_t *ctl, struct cfg_errors *e
         set_str(&c->host, cfg_get_string(ctl, "api_config.controller_api_host", NULL, e));
         c->port = (int)cfg_get_int(ctl, "api_config.controller_api_port", c->port, 0, 65535, e);
         (void)cfg_get_string(ctl, "api_config.controller_api_dns", NULL, e);
-        (void)cfg_get_int(ctl, "api_config.observability_api_port", 1027, 0, 65535, e);
+        c->obs_port = (int)cfg_get_int(ctl, "api_config.observability_api_port", c->obs_port, 0,
+                                       65535, e);
     }
+    c->obs_enable =
+        cfg_get_bool(ctl, "observability_config.observability_enable", c->obs_enable, e);
+    (void)cfg_get_double(ctl, "observability_config.metrics_ttl", 5, 0, 86400, e);
     if (c->host && !*c->host)
         cfg_error(e, "api_config.controller_api_host", "must not be empty");
     apply_tls(&c->tls, ctl, "mgmt_tls_config", e);

@@ -9,7 +9,10 @@
  *
  * Keys (defaults in brackets):
  *   api_config.controller_api_host [$POD_IP or 127.0.0.1], controller_api_port [1026;
- *     0 = ephemeral], controller_api_dns / observability_api_port (accepted)
+ *     0 = ephemeral], controller_api_dns (accepted), observability_api_port [1027;
+ *     0 = ephemeral]
+ *   observability_config.observability_enable [false]: listen on observability_api_port
+ *     (ctl_obs.h); metrics_ttl (accepted)
  *   mgmt_tls_config.{enable_tls, ca_file, cert_file, key_file, passwd_file} — overridden
  *     by motor_deploy_config.tls_config.mgmt_tls_config; server TLS of the API and client
  *     TLS towards node managers and the coordinator
@@ -71,6 +74,9 @@ struct ctlcfg {
     /* api_config */
     char *host;
     int port;
+    /* observability */
+    bool obs_enable;
+    int obs_port;
     struct ctlcfg_tls tls;
     /* instance_config */
     int64_t assemble_timeout_ms;

@@ -114,6 +114,7 @@ struct ctl {
     size_t n_restops;
 
     struct ctl_metrics m;
+    struct ctl_obs *obs; /* alarms and the observability listener (ctl_obs.c) */
 };
 
 /* ---- controller.c ---------------------------------------------------------------- */

@@ -167,6 +167,60 @@ def test_1p1d_assembles_starts_and_goes_active(env):
     assert c.post("/controller/check_instance", {"instance_id": pid}) == (200, {"exists": True})
 
 
+def test_alarms_and_observability_port(env):
+    """An instance that leaves active raises an instance_unavailable alarm, cleared when it
+    is active again; external alarms are accepted (bad ones refused); the observability
+    port serves alarms, inventory and metrics."""
+    c = env.controller(api={"observability_api_port": 0},
+                       extra={"observability_config": {"observability_enable": True}})
+    obs = f"http://127.0.0.1:{c.proc.wait_event('observability_listening', timeout=5)['port']}"
+    nm = env.nm("job-a", ports=(10300,), dp=1)
+    nm.register(c.url)
+    wait_start(nm)
+    iid = nm.instance_id
+    nm.set_all("normal")
+    nm.heartbeat(c.url)
+    assert c.status_of(iid) == "active"
+    assert c.get("/observability/alarms")[1]["count"] == 0
+    nm.set(0, "abnormal")
+    nm.heartbeat(c.url)
+    assert c.status_of(iid) == "inactive"
+    st, body = call("GET", obs + "/observability/alarms?active=true")
+    assert st == 200 and body["active"] == 1, body
+    alarm = body["alarms"][0]
+    assert alarm["type"] == "instance_unavailable" and alarm["severity"] == "critical"
+    assert alarm["instance_id"] == iid and alarm["job_name"] == "job-a" and alarm["active"]
+    nm.heartbeat(c.url)  # still abnormal: no second alarm
+    nm.set_all("normal")
+    nm.heartbeat(c.url)
+    assert c.status_of(iid) == "active"
+    body = c.get("/observability/alarms")[1]
+    assert body["count"] == 1 and body["active"] == 0
+    assert body["alarms"][0]["cleared_because"] == "instance active again"
+    assert call("GET", obs + "/observability/alarms?active=true")[1]["alarms"] == []
+    # external alarms
+    st, body = c.post("/observability/add_alarm", {"type": "npu_temp", "severity": "major",
+                                                   "node": "n1"})
+    assert st == 200 and body["message"] == "alarm added"
+    listed = c.get("/observability/alarms")[1]["alarms"][-1]
+    assert listed["id"] == body["id"] and listed["source"] == "external"
+    assert listed["type"] == "npu_temp" and listed["detail"]["node"] == "n1"
+    assert c.post("/observability/add_alarm", [1, 2])[0] == 422
+    assert c.post("/observability/add_alarm", {"type": 5})[0] == 422
+    assert motorlib.http("POST", c.url + "/observability/add_alarm", raw=b"{nope").status == 400
+    # inventory and metrics on the observability port
+    st, inv = call("GET", obs + "/observability/inventory")
+    assert st == 200 and [i["id"] for i in inv["instances"]] == [iid]
+    r = motorlib.get(obs + "/observability/metrics")
+    assert r.status == 200 and "motor_controller_leader 1" in r.text
+
+
+def test_observability_port_off_by_default(env):
+    c = env.controller()
+    assert not c.proc.find_events("observability_listening")
+    assert c.get("/observability/alarms")[0] == 200  # the list itself is on the API port
+
+
 def test_heartbeat_size_rule(env):
     c = env.controller()
     nm = env.nm("job-s", ports=(10000, 10002), dp=2)

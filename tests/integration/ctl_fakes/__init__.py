@@ -365,7 +365,8 @@ class FakeNM:
 
 def controller_config(tmpdir: str, coordinator_port: int, store: Optional[dict] = None,
                       ft: Optional[dict] = None, instance: Optional[dict] = None,
-                      event: Optional[dict] = None) -> str:
+                      event: Optional[dict] = None, api: Optional[dict] = None,
+                      extra: Optional[dict] = None) -> str:
     """Write a user_config.json with short intervals; returns its path."""
     inst = {"instance_assemble_timeout": 30, "instance_assembler_check_interval": 0.2,
             "instance_assembler_cmd_send_interval": 0.3, "instance_manager_check_interval": 0.1,
@@ -383,7 +384,8 @@ def controller_config(tmpdir: str, coordinator_port: int, store: Optional[dict] 
     ev.update(event or {})
     cfg = {
         "motor_controller_config": {
-            "api_config": {"controller_api_host": "127.0.0.1", "controller_api_port": 0},
+            "api_config": {"controller_api_host": "127.0.0.1", "controller_api_port": 0,
+                           **(api or {})},
             "instance_config": inst,
             "event_config": ev,
             "fault_tolerance_config": fto,
@@ -393,6 +395,7 @@ def controller_config(tmpdir: str, coordinator_port: int, store: Optional[dict] 
         "motor_coordinator_config": {"api_config": {"coordinator_api_dns": "127.0.0.1",
                                                     "coordinator_api_mgmt_port": coordinator_port}},
     }
+    cfg["motor_controller_config"].update(extra or {})
     path = os.path.join(tmpdir, f"controller-{time.monotonic_ns()}.json")
     with open(path, "w") as f:
         json.dump(cfg, f)
