@@ -99,4 +99,5 @@ def test_reserved_dp_store_ports_are_never_handed_out(procs, tmpdir_path, ctl):
         reg = ctl.wait_request("/controller/register", timeout=10)
     p0 = int(reg.body["business_port"][0])
     assert p0 not in (base, master, master + 1, base + 2), reg.body
-    assert nm.find_events("dp_store_port_busy")[0]["port"] == master + 1
+    # (master itself may be busy too: base + 1 was not checked free)
+    assert master + 1 in [e["port"] for e in nm.find_events("dp_store_port_busy")]
