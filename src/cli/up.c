@@ -1080,14 +1080,8 @@ int up_main(int argc, char **argv)
     if (rc)
         return rc == 1 ? 0 : 2;
     log_set_component("up");
-    if (a.log_level) {
-        enum log_level lv;
-        if (log_parse_level(a.log_level, &lv) < 0) {
-            fprintf(stderr, "motor up: invalid --log-level '%s'\n", a.log_level);
-            return 2;
-        }
-        log_set_level(lv);
-    }
+    if (cliopt_log_level("motor up", a.log_level))
+        return 2;
     const char *cfg_path = a.config ? a.config : getenv("USER_CONFIG_PATH");
     if (!cfg_path || !*cfg_path) {
         fprintf(stderr, "motor up: no configuration: use -c FILE (for example "

@@ -2,6 +2,7 @@
  * typed destination, so a subcommand's parser is data instead of a switch. */
 #include "common/cliopt.h"
 
+#include "common/log.h"
 #include "common/util.h"
 
 #include <errno.h>
@@ -111,4 +112,17 @@ const char *cliopt_config_path(const char *flag_value)
     if (env && *env)
         return env;
     return NULL;
+}
+
+int cliopt_log_level(const char *prog, const char *value)
+{
+    if (!value)
+        return 0;
+    enum log_level lv;
+    if (log_parse_level(value, &lv) < 0) {
+        fprintf(stderr, "%s: invalid --log-level '%s'\n", prog, value);
+        return 2;
+    }
+    log_set_level(lv);
+    return 0;
 }

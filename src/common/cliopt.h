@@ -40,6 +40,10 @@ struct cliopt {
 int cliopt_parse(const char *prog, int argc, char **argv, const struct cliopt *opts,
                  void (*usage)(FILE *out));
 
+/* Apply a --log-level value (NULL = not given: nothing to do). Returns 0, or 2 after
+ * printing "<prog>: invalid --log-level '<value>'" (exit 2). */
+int cliopt_log_level(const char *prog, const char *value);
+
 /* The configuration file to read: the flag's value when non-empty, else
  * $USER_CONFIG_PATH, else $CONFIG_PATH (upstream's order), else NULL. */
 const char *cliopt_config_path(const char *flag_value);

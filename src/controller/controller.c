@@ -1208,14 +1208,8 @@ int controller_main(int argc, char **argv)
     if (prc)
         return prc == 1 ? 0 : 2;
     log_set_component("controller");
-    if (a.log_level) {
-        enum log_level lv;
-        if (log_parse_level(a.log_level, &lv) < 0) {
-            fprintf(stderr, "motor controller: invalid --log-level '%s'\n", a.log_level);
-            return 2;
-        }
-        log_set_level(lv);
-    }
+    if (cliopt_log_level("motor controller", a.log_level))
+        return 2;
     signal(SIGPIPE, SIG_IGN);
 
     struct ctl *c = xcalloc(1, sizeof(*c));

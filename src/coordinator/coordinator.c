@@ -399,14 +399,8 @@ int coordinator_main(int argc, char **argv)
     if (prc)
         return prc == 1 ? 0 : 2;
     log_set_component("coordinator");
-    if (a.log_level) {
-        enum log_level lv;
-        if (log_parse_level(a.log_level, &lv) < 0) {
-            fprintf(stderr, "motor coordinator: invalid --log-level '%s'\n", a.log_level);
-            return 2;
-        }
-        log_set_level(lv);
-    }
+    if (cliopt_log_level("motor coordinator", a.log_level))
+        return 2;
     signal(SIGPIPE, SIG_IGN);
 
     struct coord *c = xcalloc(1, sizeof(*c));

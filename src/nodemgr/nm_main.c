@@ -337,12 +337,10 @@ int node_manager_main(int argc, char **argv)
     cfg_errors_release(&errs);
     enum log_level lvl;
     if (a.log_level) {
-        if (log_parse_level(a.log_level, &lvl) < 0) {
-            fprintf(stderr, "motor node-manager: bad --log-level '%s'\n", a.log_level);
+        if (cliopt_log_level("motor node-manager", a.log_level)) {
             nm_config_free(cfg);
             return 2;
         }
-        log_set_level(lvl);
     } else if (log_parse_level(cfg->log_level, &lvl) == 0) {
         log_set_level(lvl);
     }

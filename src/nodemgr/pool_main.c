@@ -112,14 +112,8 @@ int pool_main(int argc, char **argv)
     if (prc)
         return prc == 1 ? 0 : prc;
     log_set_component("worker-pool");
-    if (log_level) {
-        enum log_level lv;
-        if (log_parse_level(log_level, &lv) < 0) {
-            fprintf(stderr, "motor worker-pool: invalid --log-level '%s'\n", log_level);
-            return 2;
-        }
-        log_set_level(lv);
-    }
+    if (cliopt_log_level("motor worker-pool", log_level))
+        return 2;
     signal(SIGPIPE, SIG_IGN);
     if (grace >= 0)
         cfg.stop_grace_ms = grace;

@@ -115,6 +115,15 @@ static void test_config_path_order(void **state)
     unsetenv("CONFIG_PATH");
 }
 
+static void test_log_level(void **state)
+{
+    (void)state;
+    assert_int_equal(cliopt_log_level("motor test", NULL), 0);
+    assert_int_equal(cliopt_log_level("motor test", "debug"), 0);
+    assert_int_equal(cliopt_log_level("motor test", "loud"), 2);
+    assert_int_equal(cliopt_log_level("motor test", "info"), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -123,6 +132,7 @@ int main(void)
         cmocka_unit_test(test_out_of_range_and_junk_are_usage_errors),
         cmocka_unit_test(test_help_unknown_and_stray),
         cmocka_unit_test(test_config_path_order),
+        cmocka_unit_test(test_log_level),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
