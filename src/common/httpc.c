@@ -64,8 +64,8 @@ struct httpc_req *httpc_request(struct httpc *c, const struct httpc_opts *opts, 
         if (!c->curl) {
             const char *why = "";
             c->curl = httpc_curl_new(c->r, &why);
-            if (!c->curl)
-                return httpc_native_fail(c->native, -ENOSYS, why && why[0] ? why : "libcurl unavailable",
+            if (!c->curl) /* e.g. "libcurl is not available (...); install it to use this feature" */
+                return httpc_native_fail(c->native, -EIO, why && why[0] ? why : "libcurl unavailable",
                                          done, arg);
         }
         return httpc_curl_request(c->curl, opts, done, arg);
