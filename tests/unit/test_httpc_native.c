@@ -306,6 +306,27 @@ static struct srv *srv_start(srv_handler h)
     return s;
 }
 
+/* The same on [::1]; NULL where the host has no IPv6 loopback. */
+static struct srv *srv_start6(srv_handler h)
+{
+    int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in6 sa = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 || listen(fd, 16) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return NULL;
+    }
+    struct srv *s = xcalloc(1, sizeof(*s));
+    s->handler = h;
+    pthread_mutex_init(&s->mu, NULL);
+    s->lfd = fd;
+    socklen_t len = sizeof(sa);
+    getsockname(fd, (struct sockaddr *)&sa, &len);
+    s->port = ntohs(sa.sin6_port);
+    assert_int_equal(pthread_create(&s->thr, NULL, accept_main, s), 0);
+    return s;
+}
+
 static void srv_stop(struct srv *s)
 {
     atomic_store(&s->stop, true);
@@ -702,6 +723,29 @@ static void test_localhost_and_ipv6(void **state)
     fetch(f, &y, "[::1]", "/", NULL);
     assert_true(y.error == -ECONNREFUSED || y.error == -EIO);
     fx_free(f);
+    /* and against a real IPv6 listener, when the host has ::1 */
+    struct srv *s6 = srv_start6(h_hello);
+    if (!s6)
+        return;
+    struct reactor *r = reactor_new();
+    struct httpc *c = httpc_new(r);
+    struct fx f6 = {.r = r, .c = c, .s = s6};
+    for (int i = 0; i < 3; i++) {
+        struct res z = {0};
+        fetch(&f6, &z, "[::1]", "/", NULL);
+        assert_int_equal(z.error, 0);
+        assert_string_equal(z.body, "hello");
+    }
+    assert_int_equal(atomic_load(&s6->accepted), 1);
+    char host[64];
+    snprintf(host, sizeof(host), "\r\nHost: [::1]:%d\r\n", s6->port);
+    pthread_mutex_lock(&s6->mu);
+    bool ok = strstr(s6->last_head, host) != NULL;
+    pthread_mutex_unlock(&s6->mu);
+    assert_true(ok);
+    httpc_free(c);
+    srv_stop(s6);
+    reactor_free(r);
 }
 
 static void test_resolver_thread(void **state)
