@@ -1,11 +1,12 @@
 /* motor register — see register.h. */
 #include "cli/register.h"
 
+#include "common/httpc.h"
+#include "common/reactor.h"
 #include "common/strbuf.h"
 #include "common/util.h"
 #include "coordinator/coord_config.h"
 
-#include <curl/curl.h>
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -137,7 +138,7 @@ int64_t register_instance_id(const char *role, const struct register_ep *eps, si
     return (int64_t)(0x40000000u | (crc & 0x3FFFFFFFu));
 }
 
-/* ---- HTTP (blocking libcurl easy calls: this is a one-shot CLI) ---------------------- */
+/* ---- HTTP (synchronous: a private reactor runs one request; this is a one-shot CLI) -- */
 
 #define REG_RESP_MAX (64u << 20)
 #define REG_REQ_TIMEOUT_MS 10000
@@ -166,61 +167,73 @@ struct reg_opts {
     size_t n_ids;
 };
 
-static size_t on_body(char *data, size_t size, size_t n, void *arg)
+struct http_wait {
+    bool done;
+    int error;
+    long status;
+    struct strbuf *resp;
+    char text[256];
+};
+
+static void http_done(const struct httpc_response *r, void *arg)
 {
-    struct strbuf *sb = arg;
-    if (strbuf_append(sb, data, size * n) < 0)
-        return 0;
-    return size * n;
+    struct http_wait *w = arg;
+    w->done = true;
+    w->error = r->error;
+    w->status = r->status;
+    snprintf(w->text, sizeof(w->text), "%s", r->error_text ? r->error_text : "");
+    if (r->error == 0 && strbuf_append(w->resp, r->body, r->body_len) != 0) {
+        w->error = -E2BIG;
+        snprintf(w->text, sizeof(w->text), "response too large");
+    }
 }
 
 /* One request. 0 with *status set, or -EIO with a message on stderr-worthy err. */
 static int http_do(const struct reg_opts *o, const char *method, const char *url, const char *body,
                    long timeout_ms, long *status, struct strbuf *resp, char *err, size_t cap)
 {
-    CURL *h = curl_easy_init();
-    if (!h) {
-        snprintf(err, cap, "curl init failed");
+    strbuf_reset(resp);
+    struct reactor *r = reactor_new();
+    struct httpc *c = r ? httpc_new(r) : NULL;
+    if (!c) {
+        reactor_free(r);
+        snprintf(err, cap, "cannot start an HTTP client");
         return -EIO;
     }
-    struct curl_slist *hdrs = NULL;
     char *keyhdr = NULL;
+    const char *hdrs[2] = {NULL, NULL};
     if (o && o->key) {
         keyhdr = xasprintf("X-Motor-Management-Key: %s", o->key);
-        hdrs = curl_slist_append(hdrs, keyhdr);
+        hdrs[0] = keyhdr;
     }
-    if (body)
-        hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
-    strbuf_reset(resp);
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, MOTOR_MIN(timeout_ms, 3000L));
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, resp);
-    curl_easy_setopt(h, CURLOPT_PROXY, ""); /* never through an environment proxy */
-    if (body) {
-        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
-    }
-    if (hdrs)
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-    CURLcode rc = curl_easy_perform(h);
-    int ret = 0;
-    if (rc != CURLE_OK) {
-        snprintf(err, cap, "%s %s: %s", method, url, curl_easy_strerror(rc));
-        ret = -EIO;
-    } else {
-        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
-    }
-    curl_slist_free_all(hdrs);
+    struct http_wait w = {.resp = resp};
+    struct httpc_opts ho = {
+        .method = method,
+        .url = url,
+        .body = body,
+        .body_len = body ? strlen(body) : 0,
+        .content_type = body ? "application/json" : NULL,
+        .headers = hdrs,
+        .timeout_ms = timeout_ms,
+        .connect_timeout_ms = MOTOR_MIN(timeout_ms, 3000L),
+        .max_response = REG_RESP_MAX,
+    };
+    httpc_request(c, &ho, http_done, &w);
+    while (!w.done)
+        if (reactor_run_once(r, 1000) < 0)
+            break;
+    httpc_free(c);
+    reactor_free(r);
     if (keyhdr) {
         explicit_bzero(keyhdr, strlen(keyhdr));
         free(keyhdr);
     }
-    curl_easy_cleanup(h);
-    return ret;
+    if (!w.done || w.error) {
+        snprintf(err, cap, "%s %s: %s", method, url, w.done ? w.text : "event loop failed");
+        return -EIO;
+    }
+    *status = w.status;
+    return 0;
 }
 
 static char *mgmt_url(const struct reg_opts *o, const char *path)
@@ -909,14 +922,12 @@ int register_main(int argc, char **argv)
                                 o.groups[a].eps[i].ip, o.groups[a].eps[i].port);
                         goto out;
                     }
-    curl_global_init(CURL_GLOBAL_DEFAULT);
     if (strcmp(o.action, "list") == 0)
         rc = do_list(&o);
     else if (strcmp(o.action, "del") == 0)
         rc = do_del(&o);
     else
         rc = do_set_add(&o);
-    curl_global_cleanup();
 out:
     for (size_t g = 0; g < o.n_groups; g++) {
         register_eps_free(o.groups[g].eps, o.groups[g].n);

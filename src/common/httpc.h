@@ -1,9 +1,10 @@
-/* httpc — an asynchronous HTTP client: libcurl multi driven by a reactor.
+/* httpc — an asynchronous HTTP client driven by a reactor.
  *
- * Many requests run concurrently on one thread (socket and timer callbacks of curl are
- * reactor watches and a reactor timer). Connections are kept alive and reused per
- * host. Each request has its own timeout. Responses are accumulated up to a cap, or
- * streamed to a chunk callback (SSE).
+ * Many requests run concurrently on one thread. http:// URLs use a native HTTP/1.1
+ * implementation (httpc_native.c); https:// URLs use libcurl, loaded with dlopen on the
+ * first https request (httpc_curl.c), so a process without TLS upstreams never maps it.
+ * Connections are kept alive and reused per host. Each request has its own timeout.
+ * Responses are accumulated up to a cap, or streamed to a chunk callback (SSE).
  *
  * Callbacks run on the reactor thread. For every request started, `done` is called
  * exactly once — unless the request was cancelled with httpc_cancel() first, or the
@@ -28,7 +29,7 @@ struct httpc_response {
     int error;              /* 0, or -errno: -ETIMEDOUT, -ECONNREFUSED, -ECANCELED (a chunk
                                callback asked to stop), -E2BIG (over max_response),
                                -EPROTO / -EIO (other transport failures) */
-    const char *error_text; /* human text for error != 0 (curl's), else "" */
+    const char *error_text; /* human text for error != 0, else "" */
     long status;            /* HTTP status, 0 when no response arrived */
     const char *body;       /* NUL-terminated accumulated body ("" when streamed) */
     size_t body_len;

@@ -1,0 +1,86 @@
+/* httpc without libcurl: an https request completes with a clear error (dynlib's
+ * message), plain http keeps working, nothing crashes. libcurl is made unloadable by
+ * defining dlopen in this executable: motor_core is linked statically, so dynlib's
+ * dlopen binds to this one, which refuses any libcurl and forwards everything else. */
+#include "common/httpc.h"
+#include "common/reactor.h"
+#include "common/util.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+static int curl_attempts;
+
+void *dlopen(const char *file, int mode)
+{
+    if (file && strstr(file, "libcurl")) {
+        curl_attempts++;
+        return NULL;
+    }
+    void *(*real)(const char *, int) = (void *(*)(const char *, int))dlsym(RTLD_NEXT, "dlopen");
+    return real ? real(file, mode) : NULL;
+}
+
+struct res {
+    int ncalls;
+    int error;
+    char text[256];
+};
+
+static void on_done(const struct httpc_response *resp, void *arg)
+{
+    struct res *x = arg;
+    x->ncalls++;
+    x->error = resp->error;
+    snprintf(x->text, sizeof(x->text), "%s", resp->error_text);
+}
+
+static void run_until(struct reactor *r, const int *counter, int ms)
+{
+    int64_t deadline = mono_ms() + ms;
+    while (*counter < 1 && mono_ms() < deadline)
+        reactor_run_once(r, 10);
+}
+
+static void test_https_without_libcurl(void **state)
+{
+    (void)state;
+    struct reactor *r = reactor_new();
+    struct httpc *c = httpc_new(r);
+    assert_non_null(c);
+    for (int i = 0; i < 2; i++) {
+        struct res x = {0};
+        httpc_get(c, "https://127.0.0.1:1/x", 2000, on_done, &x);
+        assert_int_equal(x.ncalls, 0); /* never from inside httpc_request */
+        run_until(r, &x.ncalls, 3000);
+        assert_int_equal(x.ncalls, 1);
+        assert_int_equal(x.error, -EIO);
+        assert_non_null(strstr(x.text, "libcurl is not available"));
+    }
+    assert_true(curl_attempts >= 1);
+    /* plain http does not need libcurl */
+    struct res y = {0};
+    httpc_get(c, "http://127.0.0.1:1/x", 2000, on_done, &y);
+    run_until(r, &y.ncalls, 3000);
+    assert_int_equal(y.ncalls, 1);
+    assert_int_equal(y.error, -ECONNREFUSED);
+    assert_int_equal(httpc_active(c), 0);
+    httpc_free(c);
+    reactor_free(r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_https_without_libcurl),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
