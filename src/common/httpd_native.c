@@ -197,7 +197,16 @@ static void accept_batch(struct native *n)
         strbuf_init(&c->out, NATIVE_OUT_MAX);
         peer_text(&ss, c->peer, sizeof(c->peer));
         reactor_deferred_init(&c->run, on_conn_deferred, c);
-        int rc = reactor_add_fd(h->r, fd, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, on_conn_event, c);
+        uint32_t ev = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+        int rc = reactor_add_fd(h->r, fd, ev, on_conn_event, c);
+        if (rc == -EEXIST) {
+            /* accept4 just handed us this number, so whoever registered it before has
+             * closed it without telling the reactor: that watch is dead (epoll dropped
+             * it with the old socket). Replace it rather than refuse the client. */
+            log_warn("httpd_stale_watch", LF_STR("server", h->name), LF_INT("fd", fd));
+            reactor_del_fd(h->r, fd);
+            rc = reactor_add_fd(h->r, fd, ev, on_conn_event, c);
+        }
         if (rc != 0) {
             log_warn("httpd_watch_failed", LF_STR("server", h->name), LF_INT("errno", -rc));
             close(fd);
@@ -507,8 +516,10 @@ static enum step step_head(struct conn *c)
     if (c->rlen > 0) {
         struct httpd_head hd;
         int rc = httpd_parse_head(c->rbuf, c->rlen, &hd);
-        if (rc > 0)
-            return start_request(c, &hd, (size_t)rc) == 0 ? STEP_AGAIN : STEP_AGAIN;
+        if (rc > 0) {
+            (void)start_request(c, &hd, (size_t)rc); /* on error it queued the 400 */
+            return STEP_AGAIN;
+        }
         if (rc < 0) {
             if (rc == -EMSGSIZE)
                 conn_error(c, 431, "Request Header Fields Too Large");
