@@ -310,8 +310,10 @@ static void conn_fill(struct conn *c)
     if (req->resp_close || h->stopping)
         c->keep_alive = false;
     if (!req->streaming) {
-        put_head(c, req, false, req->resp_len);
-        if (!req->is_head && req->resp_len > 0) {
+        /* 1xx, 204 and 304 have no body and must not announce one */
+        bool bodiless = req->status < 200 || req->status == 204 || req->status == 304;
+        put_head(c, req, false, bodiless ? SIZE_MAX : req->resp_len);
+        if (!req->is_head && !bodiless && req->resp_len > 0) {
             c->tail = req->resp_body;
             c->tail_len = req->resp_len;
             c->tail_off = 0;
