@@ -532,6 +532,33 @@ static void test_idle_timeout_and_max_connections(void **state)
     srv_stop(&s);
 }
 
+static void dummy_cb(struct reactor *r, int fd, uint32_t events, void *arg)
+{
+}
+
+/* Another module closed an fd without leaving the reactor (httpc does after a curl
+ * connect timeout); the accepted connection that gets the number must still be served. */
+static void test_stale_watch_on_accepted_fd(void **state)
+{
+    struct srv s;
+    struct httpd_config cfg = {.name = "t-stale"};
+    srv_start(&s, &cfg);
+    int fd = cli_connect(&s);
+    int stale = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(stale >= 0);
+    assert_int_equal(reactor_add_fd(s.r, stale, EPOLLIN, dummy_cb, NULL), 0);
+    close(stale); /* the lowest free number: accept4 hands it out next */
+    struct strbuf in;
+    strbuf_init(&in, 1 << 20);
+    cli_sends(&s, fd, "GET /ok HTTP/1.1\r\n\r\n");
+    bool eof = false;
+    cli_read_until(&s, fd, &in, "\r\n\r\nok", 1, &eof);
+    assert_false(eof);
+    strbuf_release(&in);
+    close(fd);
+    srv_stop(&s);
+}
+
 /* A process without TLS listeners must never map libmicrohttpd / GnuTLS. */
 static bool mapped(const char *lib)
 {
@@ -648,6 +675,7 @@ int main(void)
         cmocka_unit_test(test_disconnect_while_suspended),
         cmocka_unit_test(test_stream_backpressure),
         cmocka_unit_test(test_idle_timeout_and_max_connections),
+        cmocka_unit_test(test_stale_watch_on_accepted_fd),
         cmocka_unit_test(test_plain_server_loads_no_tls),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
