@@ -1,8 +1,10 @@
-/* httpd — an HTTP/1.1 server (GNU libmicrohttpd) driven by a reactor.
+/* httpd — an HTTP/1.1 server driven by a reactor.
  *
- * MHD runs in "external epoll" mode: its epoll fd is watched by the reactor and its
- * timeout is a reactor timer, so handlers run on the reactor thread and may use every
- * other reactor-driven module (httpc, proc, timers) directly.
+ * Plain listeners are served by our own HTTP/1.1 code on the reactor (httpd_native.c);
+ * TLS listeners by GNU libmicrohttpd in "external epoll" mode (httpd_mhd.c), which is
+ * loaded with GnuTLS only when a TLS listener starts. Either way handlers run on the
+ * reactor thread and may use every other reactor-driven module (httpc, proc, timers)
+ * directly.
  *
  * Request lifecycle
  *   1. The route's handler is called once the whole body has arrived (bodies above
@@ -75,7 +77,8 @@ struct httpd_config {
 #define HTTPD_ROUTE_AUTH 0x1u /* requires the configured API key */
 
 /* Start listening. NULL on failure (logged; errno set: EADDRINUSE, EINVAL for a bad
- * host or TLS material MHD rejects, ENOENT/EACCES for unreadable TLS files, ...).
+ * host or TLS material MHD rejects, ENOENT/EACCES for unreadable TLS files, ENOTSUP
+ * when TLS is configured but libmicrohttpd/GnuTLS cannot be loaded, ...).
  * host may be an IPv4/IPv6 literal or a name (resolved once, first address); "::"
  * listens dual-stack. cfg strings are copied. */
 struct httpd *httpd_new(struct reactor *r, const struct httpd_config *cfg);
@@ -91,7 +94,7 @@ uint16_t httpd_port(const struct httpd *h);
 /* Register a route. method: "GET", "POST", ... ; pattern: an absolute path whose
  * segments may be "{name}" parameters, e.g. "/node-manager/engines/{id}/logs".
  * The first matching route wins; a GET route also answers HEAD. Segments match
- * exactly after MHD's percent-decoding ("/a/" is not "/a"); a parameter matches one
+ * exactly after percent-decoding ("/a/" is not "/a"); a parameter matches one
  * non-empty segment. Unknown path => 404, known path with another method => 405, both
  * with {"detail": ...}. An invalid pattern (not absolute, "{...}" not a whole segment,
  * more than 8 parameters) is logged and ignored. */

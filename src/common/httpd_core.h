@@ -1,0 +1,144 @@
+/* httpd_core — what httpd.c (routes, requests, answers) shares with its two transports:
+ * httpd_native.c (plain HTTP/1.1 on the reactor) and httpd_mhd.c (TLS listeners through
+ * libmicrohttpd, loaded on first use).
+ *
+ * The core owns struct httpd_req: the request as parsed (method, path, headers, query,
+ * body), the answer as prepared (status, header lines, body or stream buffer) and the
+ * close callback. A transport creates requests with httpd_req_new(), runs the route
+ * with httpd_req_dispatch() once the body is complete, is told through its kick() that
+ * an answer or stream data is ready, and ends every request with httpd_req_finish()
+ * (exactly once: that runs on_close and frees it).
+ *
+ * Private to httpd*.c. Threading: the reactor thread. */
+#ifndef MOTOR_HTTPD_CORE_H
+#define MOTOR_HTTPD_CORE_H
+
+#include "common/httpd.h"
+#include "common/httpd_internal.h"
+#include "common/strbuf.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define HTTPD_DEFAULT_MAX_BODY (1u << 20)
+#define HTTPD_STREAM_MAX ((size_t)8 << 20) /* buffered stream bytes before abort */
+#define HTTPD_SHUTDOWN_FLUSH_MS 1000       /* time given to answers at httpd_free */
+/* After an oversize upload we keep reading (and discarding) up to this much more so
+ * the client can still read the 413; beyond it the connection is dropped. */
+#define HTTPD_DISCARD_MAX ((size_t)16 << 20)
+
+struct httpd_kv {
+    const char *name;
+    const char *value; /* may be NULL for a query key without '=' */
+};
+
+struct httpd_transport {
+    /* An answer was prepared, or stream data/end arrived: send it (never re-entering
+     * the caller: transports send later on this loop pass). */
+    void (*kick)(struct httpd_req *req);
+    /* Stream bytes taken from req->sbuf but not yet written to the socket. */
+    size_t (*unsent)(const struct httpd_req *req);
+    /* httpd_free: answer/flush/close everything and release the transport state. */
+    void (*shutdown)(struct httpd *h);
+};
+
+struct httpd {
+    struct reactor *r;
+    const struct httpd_transport *tp;
+    void *tp_state;
+    char *name;
+    size_t max_body;
+    unsigned idle_timeout_s;
+    unsigned max_connections;
+    uint16_t port;
+    bool stopping; /* httpd_free in progress: handlers no longer run */
+    char *api_key_header;
+    char *api_key;
+    char **quiet_paths;
+    struct httpd_route_entry *routes;
+    size_t nroutes, routes_cap;
+    struct httpd_req *live; /* every request not yet finished */
+};
+
+struct httpd_req {
+    struct httpd *h;
+    struct httpd_req *prev, *next;
+    void *conn; /* the transport's connection; NULL once detached */
+    const char *method;
+    const char *path; /* percent-decoded */
+    char peer[INET6_ADDRSTRLEN];
+    int64_t start_ms;
+    bool is_head;
+
+    struct httpd_kv *hdrs;
+    size_t nhdrs;
+    struct httpd_kv *query;
+    size_t nquery;
+    char *arena; /* strings of the above, in the same allocation as the request */
+
+    size_t nparams;
+    const char *param_names[HTTPD_MAX_PARAMS];
+    const char *param_values[HTTPD_MAX_PARAMS];
+    char *param_store;
+
+    char *body; /* NUL-terminated when non-NULL */
+    size_t body_len;
+    bool too_large; /* answer 413 instead of running the handler */
+
+    bool handled;   /* dispatch ran */
+    bool answered;  /* respond or stream_begin happened */
+    bool completed; /* finishing: on_close running or done */
+    bool client_gone;
+
+    int status;
+    struct strbuf rhdrs; /* response header lines "Name: value\r\n", Content-Type first */
+    bool resp_close;     /* the answer asked for Connection: close */
+    char *resp_body;
+    size_t resp_len;
+
+    bool streaming;
+    bool stream_ended;
+    bool stream_abort;
+    struct strbuf sbuf;
+    size_t soff; /* bytes of sbuf already taken by the transport */
+
+    /* libmicrohttpd transport only */
+    void *mhd_resp;
+    void *mhd_hc; /* its TCP connection's context */
+    size_t mhd_discarded;
+    bool mhd_queued;
+    bool mhd_suspended;
+
+    httpd_close_cb on_close;
+    void *on_close_arg;
+};
+
+/* A zeroed request linked into h->live, with room for nhdrs headers, nquery query
+ * arguments and arena_len bytes of strings, all in one allocation. */
+struct httpd_req *httpd_req_new(struct httpd *h, void *conn, size_t nhdrs, size_t nquery,
+                                size_t arena_len);
+/* Route it (or answer 413 / 503 / 404 / 405 / 401 / 403) and run the handler. Once. */
+void httpd_req_dispatch(struct httpd_req *req);
+/* The request is over (ok: answered and sent; else the client went away or the answer
+ * was aborted): access log, on_close (exactly once), unlink, free. */
+void httpd_req_finish(struct httpd_req *req, bool ok);
+/* 503 with Connection: close, for requests pending at httpd_free. */
+void httpd_req_shutdown_answer(struct httpd_req *req);
+/* Reason phrase for a status code ("OK"; "" for unknown codes). */
+const char *httpd_status_text(int status);
+/* Parse the query string (after '?', without it) of len bytes into req->query, decoding
+ * into the arena at *arena_off. Returns the number of arguments. */
+size_t httpd_req_parse_query(struct httpd_req *req, const char *qs, size_t len, size_t *arena_off);
+/* Upper bound on the query arguments in qs[0..len). */
+size_t httpd_query_count(const char *qs, size_t len);
+
+/* Transports. */
+int httpd_native_start(struct httpd *h, const struct sockaddr *sa, socklen_t salen,
+                       bool reuse_port);
+int httpd_mhd_start(struct httpd *h, const struct httpd_config *cfg,
+                    const struct sockaddr_storage *ss, bool v6);
+
+#endif

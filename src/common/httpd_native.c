@@ -1,0 +1,940 @@
+/* httpd_native — plain HTTP/1.1 connections driven directly by the reactor.
+ *
+ * Built for the proxy's hot path: accept4 in a loop, TCP_NODELAY, one edge-triggered
+ * epoll registration per connection for its whole life (EPOLLIN|EPOLLOUT|EPOLLRDHUP:
+ * no epoll_ctl per request), a recv that usually brings head and body at once, and
+ * the answer (status line, headers and body) handed to the kernel in one writev.
+ * Late answers and stream data are sent from a reactor_defer callback, so several
+ * writes in one loop pass go out together and callers are never re-entered.
+ *
+ * Per connection the state machine is: read a head -> read the body (Content-Length,
+ * chunked, or discard an oversize one) -> the handler runs and the connection waits
+ * for the answer (suspended) -> write it -> the request is finished (on_close) -> next
+ * request, which may already be in the read buffer (pipelining: strictly one at a
+ * time, in order). Edge-triggered readiness is remembered in `readable`/`writable`.
+ *
+ * A client that goes away while its request waits for an answer or stream data is
+ * noticed from EPOLLRDHUP/EPOLLHUP at once (a client that half-closes after sending
+ * its request counts as gone; HTTP clients do not do that in practice). */
+#include "common/httpd_core.h"
+#include "common/log.h"
+#include "common/util.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define NATIVE_ACCEPT_BATCH 64         /* accepts per listener event (fairness) */
+#define NATIVE_SWEEP_MS 1000           /* idle-timeout sweep period */
+#define NATIVE_LINGER_MS 2000          /* draining a closing connection at most this long */
+#define NATIVE_LINGER_BYTES (256u << 10)
+#define NATIVE_OUT_KEEP (64u << 10)    /* larger output buffers are freed when drained */
+#define NATIVE_OUT_MAX (3 * HTTPD_STREAM_MAX)
+
+enum conn_state {
+    C_HEAD,    /* waiting for / reading a request head */
+    C_BODY,    /* reading the body into req->body */
+    C_DISCARD, /* reading an oversize body to throw it away, then 413 */
+    C_APP,     /* the request is with the application (answer or stream pending) */
+    C_LINGER,  /* answer sent, write side shut: drain the peer's leftovers, then close */
+};
+
+struct native;
+
+struct conn {
+    struct native *n;
+    struct conn *prev, *next;
+    int fd;
+    enum conn_state state;
+    char peer[INET6_ADDRSTRLEN];
+
+    char *rbuf; /* HTTPD_HEAD_MAX bytes */
+    size_t rlen;
+
+    struct httpd_req *req;
+    bool http10;
+    bool keep_alive;  /* may carry another request after the current one */
+    bool chunked;     /* the current body */
+    struct httpd_chunked ch;
+    uint64_t body_left; /* Content-Length bytes still to read (or discard) */
+    size_t body_cap;
+    size_t discarded;
+
+    bool readable, writable, peer_closed;
+    bool in_run;
+    bool head_sent;  /* the response head went out (or is queued in out) */
+    bool resp_done;  /* the whole response is in out/tail: finish when drained */
+    bool close_after; /* no request follows: close once out is drained */
+
+    struct strbuf out; /* head and framed stream data */
+    size_t out_off;
+    const char *tail; /* response body (owned by req), after out */
+    size_t tail_len, tail_off;
+    size_t lingered;
+
+    int64_t last_io;
+    struct reactor_deferred run;
+};
+
+struct native {
+    struct httpd *h;
+    int lfd;
+    struct conn *conns;
+    size_t nconns;
+    struct reactor_timer sweep;
+    struct reactor_deferred accept_more;
+};
+
+static void conn_run(struct conn *c);
+
+/* ---- connection lifetime ----------------------------------------------------------------- */
+
+static void conn_close(struct conn *c, bool ok)
+{
+    struct native *n = c->n;
+    if (c->req) {
+        struct httpd_req *req = c->req;
+        c->req = NULL;
+        httpd_req_finish(req, ok);
+    }
+    reactor_del_fd(n->h->r, c->fd);
+    close(c->fd);
+    reactor_defer_cancel(n->h->r, &c->run);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        n->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    n->nconns--;
+    strbuf_release(&c->out);
+    free(c->rbuf);
+    free(c);
+}
+
+static void on_conn_deferred(struct reactor *r, void *arg)
+{
+    conn_run(arg);
+}
+
+static void on_conn_event(struct reactor *r, int fd, uint32_t events, void *arg)
+{
+    struct conn *c = arg;
+    if (events & (EPOLLERR | EPOLLHUP)) {
+        if (c->state == C_LINGER || (!c->req && c->out.len == c->out_off)) {
+            conn_close(c, true);
+            return;
+        }
+        if (c->req && c->req->handled) {
+            c->req->client_gone = true;
+            log_debug("http_client_gone", LF_STR("server", c->n->h->name),
+                      LF_STR("path", c->req->path));
+        }
+        conn_close(c, false);
+        return;
+    }
+    if (events & EPOLLRDHUP)
+        c->peer_closed = true;
+    if (events & EPOLLIN)
+        c->readable = true;
+    if (events & EPOLLOUT)
+        c->writable = true;
+    conn_run(c);
+}
+
+static void peer_text(const struct sockaddr_storage *ss, char *out, size_t cap)
+{
+    out[0] = '\0';
+    if (ss->ss_family == AF_INET) {
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)ss)->sin_addr, out,
+                  (socklen_t)cap);
+    } else if (ss->ss_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)(const void *)ss)->sin6_addr;
+        if (IN6_IS_ADDR_V4MAPPED(a)) /* dual-stack listener: show the IPv4 peer */
+            inet_ntop(AF_INET, &a->s6_addr[12], out, (socklen_t)cap);
+        else
+            inet_ntop(AF_INET6, a, out, (socklen_t)cap);
+    }
+}
+
+static void accept_batch(struct native *n)
+{
+    struct httpd *h = n->h;
+    for (int i = 0; i < NATIVE_ACCEPT_BATCH; i++) {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof(ss);
+        int fd = accept4(n->lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED)
+                continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+                log_warn("httpd_accept_failed", LF_STR("server", h->name),
+                         LF_STR("error", strerror(errno)));
+            return;
+        }
+        if (n->nconns >= h->max_connections) {
+            close(fd); /* as MHD did: over the limit, refuse at once */
+            continue;
+        }
+        int one = 1;
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        struct conn *c = xcalloc(1, sizeof(*c));
+        c->n = n;
+        c->fd = fd;
+        c->state = C_HEAD;
+        c->writable = true;
+        c->rbuf = xmalloc(HTTPD_HEAD_MAX);
+        c->last_io = reactor_now(h->r);
+        strbuf_init(&c->out, NATIVE_OUT_MAX);
+        peer_text(&ss, c->peer, sizeof(c->peer));
+        reactor_deferred_init(&c->run, on_conn_deferred, c);
+        uint32_t ev = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+        int rc = reactor_add_fd(h->r, fd, ev, on_conn_event, c);
+        if (rc == -EEXIST) {
+            /* accept4 just handed us this number, so whoever registered it before has
+             * closed it without telling the reactor: that watch is dead (epoll dropped
+             * it with the old socket). Replace it rather than refuse the client. */
+            log_warn("httpd_stale_watch", LF_STR("server", h->name), LF_INT("fd", fd));
+            reactor_del_fd(h->r, fd);
+            rc = reactor_add_fd(h->r, fd, ev, on_conn_event, c);
+        }
+        if (rc != 0) {
+            log_warn("httpd_watch_failed", LF_STR("server", h->name), LF_INT("errno", -rc));
+            close(fd);
+            free(c->rbuf);
+            free(c);
+            continue;
+        }
+        c->next = n->conns;
+        if (n->conns)
+            n->conns->prev = c;
+        n->conns = c;
+        n->nconns++;
+    }
+    /* More may be waiting: let other connections run first. */
+    reactor_defer(h->r, &n->accept_more);
+}
+
+static void on_listen(struct reactor *r, int fd, uint32_t events, void *arg)
+{
+    accept_batch(arg);
+}
+
+static void on_accept_more(struct reactor *r, void *arg)
+{
+    accept_batch(arg);
+}
+
+/* ---- output --------------------------------------------------------------------------------- */
+
+static size_t out_pending(const struct conn *c)
+{
+    return c->out.len - c->out_off + c->tail_len - c->tail_off;
+}
+
+/* Write what is queued. 0 (all written or the socket is full), -EPIPE on error. */
+static int conn_flush(struct conn *c)
+{
+    while (out_pending(c) > 0 && c->writable) {
+        struct iovec iov[2];
+        int k = 0;
+        if (c->out.len > c->out_off)
+            iov[k++] = (struct iovec){c->out.buf + c->out_off, c->out.len - c->out_off};
+        if (c->tail_len > c->tail_off)
+            iov[k++] = (struct iovec){(void *)(c->tail + c->tail_off), c->tail_len - c->tail_off};
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)k};
+        ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                c->writable = false;
+                return 0;
+            }
+            return -EPIPE;
+        }
+        c->last_io = reactor_now(c->n->h->r);
+        size_t left = (size_t)w;
+        size_t o = MOTOR_MIN(left, c->out.len - c->out_off);
+        c->out_off += o;
+        left -= o;
+        c->tail_off += left;
+    }
+    if (c->out_off == c->out.len) {
+        if (c->out.cap > NATIVE_OUT_KEEP)
+            strbuf_release(&c->out);
+        else
+            strbuf_reset(&c->out);
+        c->out_off = 0;
+    } else if (c->out_off > (1u << 20) && c->out_off * 2 > c->out.len) {
+        strbuf_consume(&c->out, c->out_off); /* amortised over >= 1 MiB sent */
+        c->out_off = 0;
+    }
+    return 0;
+}
+
+static void put_head(struct conn *c, struct httpd_req *req, bool chunked, size_t length)
+{
+    struct strbuf *o = &c->out;
+    const char *reason = httpd_status_text(req->status);
+    strbuf_appendf(o, "HTTP/1.1 %d %s\r\n", req->status, *reason ? reason : "Status");
+    strbuf_append(o, req->rhdrs.buf ? req->rhdrs.buf : "", req->rhdrs.len);
+    if (chunked)
+        strbuf_puts(o, "Transfer-Encoding: chunked\r\n");
+    else if (length != SIZE_MAX)
+        strbuf_appendf(o, "Content-Length: %zu\r\n", length);
+    if (!c->keep_alive)
+        strbuf_puts(o, "Connection: close\r\n");
+    else if (c->http10)
+        strbuf_puts(o, "Connection: keep-alive\r\n");
+    strbuf_puts(o, "\r\n");
+    c->head_sent = true;
+}
+
+/* Move the prepared answer / new stream data of the current request into the output. */
+static void conn_fill(struct conn *c)
+{
+    struct httpd_req *req = c->req;
+    struct httpd *h = c->n->h;
+    if (!req || !req->answered || c->resp_done)
+        return;
+    if (req->resp_close || h->stopping)
+        c->keep_alive = false;
+    if (!req->streaming) {
+        /* 1xx, 204 and 304 have no body and must not announce one */
+        bool bodiless = req->status < 200 || req->status == 204 || req->status == 304;
+        put_head(c, req, false, bodiless ? SIZE_MAX : req->resp_len);
+        if (!req->is_head && !bodiless && req->resp_len > 0) {
+            c->tail = req->resp_body;
+            c->tail_len = req->resp_len;
+            c->tail_off = 0;
+        }
+        c->resp_done = true;
+        return;
+    }
+    if (req->stream_abort)
+        return; /* conn_step closes the connection */
+    size_t pending = req->sbuf.len - req->soff;
+    const char *data = req->sbuf.buf ? req->sbuf.buf + req->soff : "";
+    if (!c->head_sent && req->stream_ended) {
+        /* Ended before anything was sent: one answer with a length, in one write. */
+        put_head(c, req, false, pending);
+        if (!req->is_head)
+            strbuf_append(&c->out, data, pending);
+        strbuf_reset(&req->sbuf);
+        req->soff = 0;
+        c->resp_done = true;
+        return;
+    }
+    /* HTTP/1.0 has no chunked encoding: the body ends when the connection does. */
+    bool chunked = !c->http10;
+    if (c->http10)
+        c->keep_alive = false;
+    if (!c->head_sent)
+        put_head(c, req, chunked && !req->is_head, SIZE_MAX);
+    if (pending > 0 && !req->is_head) {
+        if (chunked) {
+            strbuf_appendf(&c->out, "%zx\r\n", pending);
+            strbuf_append(&c->out, data, pending);
+            strbuf_puts(&c->out, "\r\n");
+        } else {
+            strbuf_append(&c->out, data, pending);
+        }
+    }
+    strbuf_reset(&req->sbuf);
+    req->soff = 0;
+    if (req->stream_ended) {
+        if (chunked && !req->is_head)
+            strbuf_puts(&c->out, "0\r\n\r\n");
+        c->resp_done = true;
+    }
+}
+
+/* An answer made before any request object exists (malformed head). */
+static void conn_error(struct conn *c, int status, const char *detail)
+{
+    const char *reason = httpd_status_text(status);
+    char body[128];
+    int bl = snprintf(body, sizeof(body), "{\"detail\":\"%s\"}", detail);
+    strbuf_appendf(&c->out,
+                   "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                   "Connection: close\r\n\r\n%s",
+                   status, reason, bl, body);
+    c->close_after = true;
+    c->keep_alive = false;
+    log_debug("http_bad_request", LF_STR("server", c->n->h->name), LF_INT("status", status),
+              LF_STR("peer", c->peer));
+}
+
+/* ---- input ---------------------------------------------------------------------------------- */
+
+/* recv into buf; >0 bytes, 0 = would block (readable cleared), -1 = EOF, -2 = error. */
+static ssize_t conn_recv(struct conn *c, char *buf, size_t cap)
+{
+    if (!c->readable || cap == 0)
+        return 0;
+    for (;;) {
+        ssize_t r = recv(c->fd, buf, cap, 0);
+        if (r > 0) {
+            if ((size_t)r < cap)
+                c->readable = false; /* drained: the next arrival raises a new edge */
+            c->last_io = reactor_now(c->n->h->r);
+            return r;
+        }
+        if (r == 0)
+            return -1;
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            c->readable = false;
+            return 0;
+        }
+        return -2;
+    }
+}
+
+static void rbuf_consume(struct conn *c, size_t n)
+{
+    if (n >= c->rlen) {
+        c->rlen = 0;
+        return;
+    }
+    memmove(c->rbuf, c->rbuf + n, c->rlen - n);
+    c->rlen -= n;
+}
+
+static void start_app(struct conn *c)
+{
+    c->state = C_APP;
+    httpd_req_dispatch(c->req);
+}
+
+static void send_continue(struct conn *c)
+{
+    strbuf_puts(&c->out, "HTTP/1.1 100 Continue\r\n\r\n");
+}
+
+/* A complete head of head_len bytes is at the front of rbuf: build the request. */
+static int start_request(struct conn *c, const struct httpd_head *hd, size_t head_len)
+{
+    struct httpd *h = c->n->h;
+    const char *qmark = memchr(hd->target, '?', hd->target_len);
+    size_t path_len = qmark ? (size_t)(qmark - hd->target) : hd->target_len;
+    const char *qs = qmark ? qmark + 1 : NULL;
+    size_t qs_len = qmark ? hd->target_len - path_len - 1 : 0;
+    size_t nq = httpd_query_count(qs, qs_len);
+    size_t arena = head_len + 2 * hd->nhdrs + 2 * nq + 16;
+    struct httpd_req *req = httpd_req_new(h, c, hd->nhdrs, nq, arena);
+    char *a = req->arena;
+    size_t off = 0;
+    memcpy(a, hd->method, hd->method_len);
+    a[hd->method_len] = '\0';
+    req->method = a;
+    off += hd->method_len + 1;
+    int pl = httpd_url_decode(a + off, hd->target, path_len, false);
+    if (pl < 0) {
+        httpd_req_finish(req, true);
+        conn_error(c, 400, "Bad Request");
+        return -EINVAL;
+    }
+    req->path = a + off;
+    off += (size_t)pl + 1;
+    if (qs)
+        httpd_req_parse_query(req, qs, qs_len, &off);
+    for (size_t i = 0; i < hd->nhdrs; i++) {
+        const struct httpd_hdr_view *v = &hd->hdrs[i];
+        char *nm = a + off;
+        memcpy(nm, v->name, v->name_len);
+        nm[v->name_len] = '\0';
+        off += v->name_len + 1;
+        char *val = a + off;
+        memcpy(val, v->value, v->value_len);
+        val[v->value_len] = '\0';
+        off += v->value_len + 1;
+        req->hdrs[i] = (struct httpd_kv){nm, val};
+    }
+    req->nhdrs = hd->nhdrs;
+    memcpy(req->peer, c->peer, sizeof(req->peer));
+    req->is_head = strcmp(req->method, "HEAD") == 0;
+    c->req = req;
+    c->http10 = hd->minor == 0;
+    c->keep_alive = hd->keep_alive && !h->stopping;
+    c->head_sent = c->resp_done = false;
+    c->chunked = hd->chunked;
+    c->discarded = 0;
+    memset(&c->ch, 0, sizeof(c->ch));
+    rbuf_consume(c, head_len);
+
+    if (hd->chunked) {
+        c->body_left = 0;
+        c->body_cap = 0;
+        c->state = C_BODY;
+        if (hd->expect_continue && !c->http10 && c->rlen == 0)
+            send_continue(c);
+        return 0;
+    }
+    uint64_t cl = hd->has_length ? hd->content_length : 0;
+    if (cl == 0) {
+        start_app(c);
+        return 0;
+    }
+    if (cl > h->max_body) {
+        req->too_large = true;
+        /* A small excess is read and dropped, so a client that sends its whole body
+         * before reading (most do) still sees a clean 413; a client that waits for
+         * "100 Continue", or a huge body, is refused without reading it. */
+        if (hd->expect_continue || cl - h->max_body > HTTPD_DISCARD_MAX) {
+            c->keep_alive = false;
+            c->close_after = true;
+            start_app(c);
+            return 0;
+        }
+        c->body_left = cl;
+        c->state = C_DISCARD;
+        return 0;
+    }
+    req->body = xmalloc((size_t)cl + 1);
+    req->body[0] = '\0';
+    c->body_left = cl;
+    c->state = C_BODY;
+    if (hd->expect_continue && !c->http10 && c->rlen == 0)
+        send_continue(c);
+    return 0;
+}
+
+enum step { STEP_AGAIN, STEP_WAIT, STEP_CLOSED };
+
+static enum step step_head(struct conn *c)
+{
+    if (c->rlen > 0) {
+        struct httpd_head hd;
+        int rc = httpd_parse_head(c->rbuf, c->rlen, &hd);
+        if (rc > 0) {
+            (void)start_request(c, &hd, (size_t)rc); /* on error it queued the 400 */
+            return STEP_AGAIN;
+        }
+        if (rc < 0) {
+            if (rc == -EMSGSIZE)
+                conn_error(c, 431, "Request Header Fields Too Large");
+            else if (rc == -ENOTSUP)
+                conn_error(c, 501, "Not Implemented");
+            else if (rc == -EPROTONOSUPPORT)
+                conn_error(c, 505, "HTTP Version Not Supported");
+            else
+                conn_error(c, 400, "Bad Request");
+            return STEP_AGAIN;
+        }
+    }
+    if (c->n->h->stopping) {
+        conn_close(c, true);
+        return STEP_CLOSED;
+    }
+    ssize_t r = conn_recv(c, c->rbuf + c->rlen, HTTPD_HEAD_MAX - c->rlen);
+    if (r > 0) {
+        c->rlen += (size_t)r;
+        return STEP_AGAIN;
+    }
+    if (r < 0) {
+        conn_close(c, true); /* EOF between requests (or mid-head): just close */
+        return STEP_CLOSED;
+    }
+    return STEP_WAIT;
+}
+
+/* The oversize or malformed body is over: 413 (keep-alive unless told otherwise). */
+static enum step body_too_large(struct conn *c, bool close_conn)
+{
+    struct httpd_req *req = c->req;
+    req->too_large = true;
+    free(req->body);
+    req->body = NULL;
+    req->body_len = 0;
+    if (close_conn) {
+        c->keep_alive = false;
+        c->close_after = true;
+    }
+    start_app(c);
+    return STEP_AGAIN;
+}
+
+static enum step step_chunked(struct conn *c)
+{
+    struct httpd *h = c->n->h;
+    struct httpd_req *req = c->req;
+    for (;;) {
+        if (c->rlen > 0) {
+            size_t used = 0, out = 0;
+            int rc = httpd_chunked_decode(&c->ch, c->rbuf, c->rlen, &used, &out);
+            if (rc < 0) {
+                c->keep_alive = false;
+                c->close_after = true;
+                httpd_req_finish(req, true);
+                c->req = NULL;
+                conn_error(c, 400, "Bad Request");
+                c->state = C_HEAD;
+                return STEP_AGAIN;
+            }
+            if (!req->too_large && req->body_len + out > h->max_body)
+                req->too_large = true; /* keep decoding to find the end, dropping data */
+            if (req->too_large) {
+                c->discarded += out;
+                free(req->body);
+                req->body = NULL;
+                req->body_len = 0;
+            } else if (out > 0) {
+                if (req->body_len + out + 1 > c->body_cap) {
+                    size_t cap = c->body_cap ? c->body_cap : 4096;
+                    while (cap < req->body_len + out + 1)
+                        cap *= 2;
+                    cap = MOTOR_MIN(cap, h->max_body + 1);
+                    req->body = xrealloc(req->body, cap);
+                    c->body_cap = cap;
+                }
+                memcpy(req->body + req->body_len, c->rbuf, out);
+                req->body_len += out;
+                req->body[req->body_len] = '\0';
+            }
+            rbuf_consume(c, used);
+            if (rc == 1)
+                return req->too_large ? body_too_large(c, false) : (start_app(c), STEP_AGAIN);
+            if (c->discarded > HTTPD_DISCARD_MAX)
+                return body_too_large(c, true);
+        }
+        ssize_t r = conn_recv(c, c->rbuf + c->rlen, HTTPD_HEAD_MAX - c->rlen);
+        if (r > 0) {
+            c->rlen += (size_t)r;
+            continue;
+        }
+        if (r < 0) {
+            conn_close(c, false);
+            return STEP_CLOSED;
+        }
+        return STEP_WAIT;
+    }
+}
+
+static enum step step_body(struct conn *c)
+{
+    if (c->n->h->stopping) { /* a partial upload at shutdown: drop it */
+        conn_close(c, false);
+        return STEP_CLOSED;
+    }
+    if (c->chunked)
+        return step_chunked(c);
+    struct httpd_req *req = c->req;
+    bool discard = c->state == C_DISCARD;
+    for (;;) {
+        if (c->rlen > 0) {
+            size_t n = (size_t)MOTOR_MIN((uint64_t)c->rlen, c->body_left);
+            if (!discard)
+                memcpy(req->body + req->body_len, c->rbuf, n);
+            req->body_len += discard ? 0 : n;
+            c->body_left -= n;
+            rbuf_consume(c, n);
+        }
+        if (c->body_left == 0) {
+            if (discard)
+                return body_too_large(c, false);
+            req->body[req->body_len] = '\0';
+            start_app(c);
+            return STEP_AGAIN;
+        }
+        ssize_t r;
+        if (discard) {
+            r = conn_recv(c, c->rbuf, HTTPD_HEAD_MAX);
+            if (r > 0) {
+                c->rlen = (size_t)r;
+                continue;
+            }
+        } else {
+            /* straight into the body: no copy through rbuf for big uploads */
+            r = conn_recv(c, req->body + req->body_len, (size_t)c->body_left);
+            if (r > 0) {
+                req->body_len += (size_t)r;
+                c->body_left -= (size_t)r;
+                continue;
+            }
+        }
+        if (r < 0) {
+            conn_close(c, false);
+            return STEP_CLOSED;
+        }
+        return STEP_WAIT;
+    }
+}
+
+static enum step step_linger(struct conn *c)
+{
+    for (;;) {
+        ssize_t r = conn_recv(c, c->rbuf, HTTPD_HEAD_MAX);
+        if (r > 0) {
+            c->lingered += (size_t)r;
+            if (c->lingered > NATIVE_LINGER_BYTES) {
+                conn_close(c, true);
+                return STEP_CLOSED;
+            }
+            continue;
+        }
+        if (r < 0) {
+            conn_close(c, true);
+            return STEP_CLOSED;
+        }
+        return STEP_WAIT;
+    }
+}
+
+/* The answer is out and nothing else follows: close, letting the client read it. */
+static enum step conn_done(struct conn *c)
+{
+    if (c->n->h->stopping || c->peer_closed) {
+        conn_close(c, true);
+        return STEP_CLOSED;
+    }
+    /* Closing with unread input would send a reset that can destroy the answer in
+     * flight; shut our side and drain the client's leftovers for a moment instead. */
+    shutdown(c->fd, SHUT_WR);
+    c->state = C_LINGER;
+    c->rlen = 0;
+    c->last_io = reactor_now(c->n->h->r);
+    c->readable = true;
+    return STEP_AGAIN;
+}
+
+static enum step conn_step(struct conn *c)
+{
+    struct httpd_req *req = c->req;
+    if (req && req->streaming && req->stream_abort) {
+        conn_close(c, false);
+        return STEP_CLOSED;
+    }
+    conn_fill(c);
+    if (out_pending(c) > 0) {
+        if (conn_flush(c) != 0) {
+            if (c->req)
+                c->req->client_gone = true;
+            conn_close(c, false);
+            return STEP_CLOSED;
+        }
+        if (out_pending(c) > 0) {
+            /* still a chance to hear that the client left while we wait to write */
+            if (c->peer_closed && c->req && c->req->streaming) {
+                c->req->client_gone = true;
+                conn_close(c, false);
+                return STEP_CLOSED;
+            }
+            return STEP_WAIT;
+        }
+    }
+    if (c->req && c->resp_done) {
+        struct httpd_req *done = c->req;
+        c->req = NULL;
+        c->tail = NULL;
+        c->tail_len = c->tail_off = 0;
+        httpd_req_finish(done, true);
+        if (!c->keep_alive)
+            return conn_done(c);
+        c->state = C_HEAD;
+        return STEP_AGAIN;
+    }
+    if (!c->req && c->close_after && c->state != C_LINGER)
+        return conn_done(c);
+    switch (c->state) {
+    case C_HEAD:
+        return step_head(c);
+    case C_BODY:
+    case C_DISCARD:
+        return step_body(c);
+    case C_LINGER:
+        return step_linger(c);
+    case C_APP:
+        if (c->peer_closed) {
+            c->req->client_gone = true;
+            log_debug("http_client_gone", LF_STR("server", c->n->h->name),
+                      LF_STR("path", c->req->path));
+            conn_close(c, false);
+            return STEP_CLOSED;
+        }
+        return STEP_WAIT;
+    }
+    return STEP_WAIT;
+}
+
+static void conn_run(struct conn *c)
+{
+    if (c->in_run)
+        return;
+    c->in_run = true;
+    for (;;) {
+        enum step s = conn_step(c);
+        if (s == STEP_CLOSED)
+            return;
+        if (s == STEP_WAIT)
+            break;
+    }
+    c->in_run = false;
+}
+
+/* ---- transport interface --------------------------------------------------------------------- */
+
+static void native_kick(struct httpd_req *req)
+{
+    struct conn *c = req->conn;
+    if (!c || c->in_run)
+        return; /* the running state machine picks it up */
+    reactor_defer(c->n->h->r, &c->run);
+}
+
+static size_t native_unsent(const struct httpd_req *req)
+{
+    const struct conn *c = req->conn;
+    return c && c->req == req ? out_pending(c) : 0;
+}
+
+static void on_sweep(struct reactor *r, void *arg)
+{
+    struct native *n = arg;
+    int64_t now = reactor_now(r);
+    int64_t idle = (int64_t)n->h->idle_timeout_s * 1000;
+    struct conn *next;
+    for (struct conn *c = n->conns; c; c = next) {
+        next = c->next;
+        int64_t quiet = now - c->last_io;
+        bool waiting_app = c->state == C_APP && out_pending(c) == 0;
+        if (c->state == C_LINGER ? quiet > NATIVE_LINGER_MS : !waiting_app && quiet > idle)
+            conn_close(c, c->state == C_LINGER || !c->req);
+    }
+}
+
+static void close_listener(struct native *n)
+{
+    if (n->lfd >= 0) {
+        reactor_del_fd(n->h->r, n->lfd);
+        close(n->lfd);
+        n->lfd = -1;
+    }
+}
+
+static void native_shutdown(struct httpd *h)
+{
+    struct native *n = h->tp_state;
+    if (!n)
+        return;
+    close_listener(n);
+    reactor_defer_cancel(h->r, &n->accept_more);
+    reactor_timer_stop(h->r, &n->sweep);
+    /* Answer what is pending, end streams, close idle and half-read connections. */
+    struct conn *next;
+    for (struct conn *c = n->conns; c; c = next) {
+        next = c->next;
+        c->keep_alive = false;
+        struct httpd_req *req = c->req;
+        if (!req || !req->handled) {
+            if (out_pending(c) == 0) {
+                conn_close(c, false);
+                continue;
+            }
+        } else if (!req->answered) {
+            httpd_req_shutdown_answer(req);
+        } else if (req->streaming && !req->stream_ended) {
+            httpd_stream_end(req, false);
+        }
+        c->writable = true;
+        conn_run(c);
+    }
+    int64_t deadline = mono_ms() + HTTPD_SHUTDOWN_FLUSH_MS;
+    while (n->conns) {
+        int64_t left = deadline - mono_ms();
+        if (left <= 0)
+            break;
+        struct pollfd pf[64];
+        struct conn *pc[64];
+        nfds_t k = 0;
+        for (struct conn *c = n->conns; c && k < 64; c = c->next) {
+            pf[k] = (struct pollfd){.fd = c->fd, .events = POLLOUT | POLLIN};
+            pc[k++] = c;
+        }
+        if (poll(pf, k, (int)MOTOR_MIN(left, 50)) < 0 && errno != EINTR)
+            break;
+        for (nfds_t i = 0; i < k; i++) {
+            if (!pf[i].revents)
+                continue;
+            struct conn *c = pc[i];
+            if (pf[i].revents & (POLLERR | POLLHUP)) {
+                conn_close(c, c->state == C_LINGER);
+                continue;
+            }
+            c->writable = (pf[i].revents & POLLOUT) != 0;
+            c->readable = (pf[i].revents & POLLIN) != 0;
+            conn_run(c);
+        }
+    }
+    while (n->conns) /* a client that never read its answer */
+        conn_close(n->conns, false);
+    free(n);
+    h->tp_state = NULL;
+}
+
+static const struct httpd_transport native_transport = {
+    .kick = native_kick,
+    .unsent = native_unsent,
+    .shutdown = native_shutdown,
+};
+
+int httpd_native_start(struct httpd *h, const struct sockaddr *sa, socklen_t salen, bool reuse_port)
+{
+    int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    int one = 1, zero = 0;
+    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (reuse_port && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    if (sa->sa_family == AF_INET6) {
+        /* "::" means every address, IPv4 included (as uvicorn does on Linux). */
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr;
+        int v6only = IN6_IS_ADDR_UNSPECIFIED(a) ? zero : one;
+        (void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof(v6only));
+    }
+    if (bind(fd, sa, salen) != 0 || listen(fd, 511) != 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    struct sockaddr_storage bound;
+    socklen_t bl = sizeof(bound);
+    if (getsockname(fd, (struct sockaddr *)&bound, &bl) != 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    h->port = ntohs(bound.ss_family == AF_INET6
+                        ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                        : ((struct sockaddr_in *)&bound)->sin_port);
+    struct native *n = xcalloc(1, sizeof(*n));
+    n->h = h;
+    n->lfd = fd;
+    reactor_deferred_init(&n->accept_more, on_accept_more, n);
+    int rc = reactor_add_fd(h->r, fd, EPOLLIN, on_listen, n);
+    if (rc != 0) {
+        close(fd);
+        free(n);
+        return rc;
+    }
+    reactor_timer_init(&n->sweep, on_sweep, n);
+    reactor_timer_start(h->r, &n->sweep, NATIVE_SWEEP_MS, NATIVE_SWEEP_MS);
+    h->tp = &native_transport;
+    h->tp_state = n;
+    return 0;
+}

@@ -1,0 +1,148 @@
+/* libFuzzer: httpd's request head parser and chunked body decoder (no sockets).
+ *
+ * Input: the first two bytes choose split points; the rest is a byte stream as a client
+ * would send it. Every buffer handed to the code under test is an exact-size heap copy,
+ * so ASan reports any read past the input. Invariants checked:
+ *   head: the length returned is within the input and within HTTPD_HEAD_MAX; every view
+ *     lies inside the head; header count within its cap; names non-empty; no CR/LF in
+ *     values; chunked excludes Content-Length; a complete head parses the same from any
+ *     longer input (more bytes never change a finished head), and a prefix of it never
+ *     parses as complete with a different length;
+ *   chunked: feeding the body in two pieces gives the same result, the same output and
+ *     the same consumed count as in one; output never exceeds input. */
+#include "common/httpd_internal.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char *copy(const uint8_t *p, size_t n)
+{
+    char *b = malloc(n ? n : 1);
+    if (n)
+        memcpy(b, p, n);
+    return b;
+}
+
+static void check_view(const char *base, size_t len, const char *p, size_t n)
+{
+    if (n > 0 && (p < base || p + n > base + len))
+        abort();
+}
+
+static void check_head(const uint8_t *data, size_t size, size_t cut)
+{
+    char *buf = copy(data, size);
+    struct httpd_head hd;
+    int rc = httpd_parse_head(buf, size, &hd);
+    if (rc > 0) {
+        size_t n = (size_t)rc;
+        if (n > size || n > HTTPD_HEAD_MAX)
+            abort();
+        if (hd.nhdrs > HTTPD_MAX_HEADERS || hd.method_len == 0 || hd.target_len == 0 ||
+            hd.target[0] != '/' || (hd.minor != 0 && hd.minor != 1))
+            abort();
+        check_view(buf, n, hd.method, hd.method_len);
+        check_view(buf, n, hd.target, hd.target_len);
+        for (size_t i = 0; i < hd.nhdrs; i++) {
+            const struct httpd_hdr_view *h = &hd.hdrs[i];
+            if (h->name_len == 0)
+                abort();
+            check_view(buf, n, h->name, h->name_len);
+            check_view(buf, n, h->value, h->value_len);
+            if (memchr(h->value, '\r', h->value_len) || memchr(h->value, '\n', h->value_len))
+                abort();
+        }
+        if (hd.chunked && hd.has_length)
+            abort();
+        /* the exact head alone parses the same */
+        char *exact = copy(data, n);
+        struct httpd_head h2;
+        if (httpd_parse_head(exact, n, &h2) != rc || h2.nhdrs != hd.nhdrs)
+            abort();
+        free(exact);
+        /* a strict prefix is incomplete */
+        if (cut < n) {
+            char *pre = copy(data, cut);
+            int prc = httpd_parse_head(pre, cut, &h2);
+            if (prc > 0)
+                abort();
+            free(pre);
+        }
+        /* decode the path and the query as the server does */
+        char *dec = malloc(hd.target_len + 1);
+        int dl = httpd_url_decode(dec, hd.target, hd.target_len, true);
+        if (dl > (int)hd.target_len || (dl >= 0 && dec[dl] != '\0'))
+            abort();
+        free(dec);
+    } else if (rc != 0 && rc != -EINVAL && rc != -EMSGSIZE && rc != -ENOTSUP &&
+               rc != -EPROTONOSUPPORT) {
+        abort();
+    } else if (rc == 0 && size >= HTTPD_HEAD_MAX) {
+        abort(); /* a full buffer never waits for more */
+    }
+    free(buf);
+}
+
+static int decode_all(const uint8_t *data, size_t size, size_t cut, char **out, size_t *out_len,
+                      size_t *consumed)
+{
+    struct httpd_chunked c = {0};
+    char *res = malloc(size + 1);
+    size_t rl = 0, total = 0;
+    size_t pieces[2] = {cut, size - cut};
+    int rc = 0;
+    for (int k = 0; k < 2 && rc == 0; k++) {
+        char *b = copy(data + total, pieces[k]);
+        size_t used = 0, o = 0;
+        rc = httpd_chunked_decode(&c, b, pieces[k], &used, &o);
+        if (used > pieces[k] || o > used)
+            abort();
+        if (rc == 0 && used != pieces[k])
+            abort();
+        memcpy(res + rl, b, o);
+        rl += o;
+        total += used;
+        free(b);
+    }
+    *out = res;
+    *out_len = rl;
+    *consumed = total;
+    return rc;
+}
+
+static void check_chunked(const uint8_t *data, size_t size, size_t cut)
+{
+    char *a = NULL, *b = NULL;
+    size_t al = 0, bl = 0, ac = 0, bc = 0;
+    int ra = decode_all(data, size, size, &a, &al, &ac);
+    int rb = decode_all(data, size, cut, &b, &bl, &bc);
+    if (ra != rb || (ra >= 0 && (al != bl || ac != bc || memcmp(a, b, al) != 0)))
+        abort();
+    if (al > size)
+        abort();
+    free(a);
+    free(b);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 2)
+        return 0;
+    size_t c1 = data[0], c2 = data[1];
+    data += 2;
+    size -= 2;
+    size_t cut1 = size ? (c1 * 131) % (size + 1) : 0;
+    size_t cut2 = size ? (c2 * 257) % (size + 1) : 0;
+    check_head(data, size, cut1);
+    check_chunked(data, size, cut2);
+    /* the body after a head, as the server sees it */
+    struct httpd_head hd;
+    char *buf = copy(data, size);
+    int rc = httpd_parse_head(buf, size, &hd);
+    free(buf);
+    if (rc > 0 && hd.chunked)
+        check_chunked(data + rc, size - (size_t)rc, cut2 > (size_t)rc ? cut2 - (size_t)rc : 0);
+    return 0;
+}

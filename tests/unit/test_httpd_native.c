@@ -1,0 +1,682 @@
+/* httpd's native HTTP/1.1 transport over raw sockets: the wire-level cases a libcurl
+ * client never produces (pipelining, chunked uploads, Expect, malformed heads, HTTP/1.0)
+ * plus the parser and chunked decoder on their own. The reactor runs on the test's
+ * thread; the client side is non-blocking sockets on 127.0.0.1, everything bounded. */
+#include "common/httpd.h"
+#include "common/httpd_internal.h"
+#include "common/log.h"
+#include "common/reactor.h"
+#include "common/strbuf.h"
+#include "common/util.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#define DEADLINE_MS 10000
+
+struct srv {
+    struct reactor *r;
+    struct httpd *h;
+    struct httpd_req *held;
+    int handled;
+    int closes;
+    bool gone_at_close;
+    int64_t stream_written;
+};
+
+static void srv_start(struct srv *s, struct httpd_config *cfg);
+static void srv_stop(struct srv *s);
+
+/* ---- handlers ------------------------------------------------------------------------ */
+
+static void h_ok(struct httpd_req *req, void *arg)
+{
+    struct srv *s = arg;
+    s->handled++;
+    httpd_respond(req, 200, "text/plain", "ok", 2);
+}
+
+static void h_echo(struct httpd_req *req, void *arg)
+{
+    struct srv *s = arg;
+    s->handled++;
+    size_t len = 0;
+    const char *b = httpd_req_body(req, &len);
+    httpd_respond(req, 200, "application/octet-stream", b, len);
+}
+
+static void h_path(struct httpd_req *req, void *arg)
+{
+    const char *q = httpd_req_query(req, "x");
+    char out[256];
+    int n = snprintf(out, sizeof(out), "%s|%s|%s|%s", httpd_req_path(req), q ? q : "(null)",
+                     httpd_req_query(req, "flag") ? "v" : "(null)", httpd_req_peer(req));
+    httpd_respond(req, 200, "text/plain", out, (size_t)n);
+}
+
+static void on_close(struct httpd_req *req, void *arg)
+{
+    struct srv *s = arg;
+    s->closes++;
+    s->gone_at_close = httpd_req_client_gone(req);
+    if (req == s->held)
+        s->held = NULL;
+}
+
+static void h_never(struct httpd_req *req, void *arg)
+{
+    struct srv *s = arg;
+    s->handled++;
+    s->held = req;
+    httpd_req_on_close(req, on_close, s);
+}
+
+#define BIG_CHUNK (64u * 1024)
+#define BIG_TOTAL ((int64_t)4 << 20)
+
+static void h_big_stream(struct httpd_req *req, void *arg)
+{
+    struct srv *s = arg;
+    s->handled++;
+    s->held = req;
+    httpd_req_on_close(req, on_close, s);
+    httpd_stream_begin(req, 200, "application/octet-stream");
+    char *buf = xmalloc(BIG_CHUNK);
+    memset(buf, 'z', BIG_CHUNK);
+    for (s->stream_written = 0; s->stream_written < BIG_TOTAL; s->stream_written += BIG_CHUNK)
+        assert_int_equal(httpd_stream_write(req, buf, BIG_CHUNK), 0);
+    free(buf);
+    /* not ended here: the test ends it once it has seen the backpressure, so the body
+     * goes out chunked rather than collapsed into one answer with a length */
+}
+
+/* ---- plumbing -------------------------------------------------------------------------- */
+
+static void srv_start(struct srv *s, struct httpd_config *cfg)
+{
+    memset(s, 0, sizeof(*s));
+    s->r = reactor_new();
+    assert_non_null(s->r);
+    cfg->host = cfg->host ? cfg->host : "127.0.0.1";
+    s->h = httpd_new(s->r, cfg);
+    assert_non_null(s->h);
+    httpd_route(s->h, "GET", "/ok", h_ok, s, 0);
+    httpd_route(s->h, "POST", "/echo", h_echo, s, 0);
+    httpd_route(s->h, "GET", "/p/{x}", h_path, s, 0);
+    httpd_route(s->h, "GET", "/never", h_never, s, 0);
+    httpd_route(s->h, "GET", "/big", h_big_stream, s, 0);
+}
+
+static void srv_stop(struct srv *s)
+{
+    httpd_free(s->h);
+    reactor_free(s->r);
+}
+
+static int cli_connect(const struct srv *s)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons(httpd_port(s->h)),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_true(fd >= 0);
+    int rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+    assert_true(rc == 0 || errno == EINPROGRESS);
+    return fd;
+}
+
+static void cli_send(struct srv *s, int fd, const char *data, size_t len)
+{
+    size_t off = 0;
+    int64_t deadline = mono_ms() + DEADLINE_MS;
+    while (off < len) {
+        ssize_t w = send(fd, data + off, len - off, MSG_NOSIGNAL);
+        if (w > 0)
+            off += (size_t)w;
+        else
+            assert_true(errno == EAGAIN || errno == EWOULDBLOCK);
+        assert_true(mono_ms() < deadline);
+        reactor_run_once(s->r, 0);
+    }
+}
+
+static void cli_sends(struct srv *s, int fd, const char *text)
+{
+    cli_send(s, fd, text, strlen(text));
+}
+
+/* Run the loop and read until `want` occurs `times` times in what arrived, or EOF
+ * (*eof set). Returns what arrived (in sb). */
+static void cli_read_until(struct srv *s, int fd, struct strbuf *sb, const char *want, int times,
+                           bool *eof)
+{
+    int64_t deadline = mono_ms() + DEADLINE_MS;
+    if (eof)
+        *eof = false;
+    for (;;) {
+        int seen = 0;
+        const char *p = strbuf_str(sb);
+        while (want && (p = strstr(p, want)) != NULL) {
+            seen++;
+            p += strlen(want);
+        }
+        if (want && seen >= times)
+            return;
+        assert_true(mono_ms() < deadline);
+        reactor_run_once(s->r, 10);
+        char buf[65536];
+        ssize_t n;
+        while ((n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT)) > 0)
+            assert_int_equal(strbuf_append(sb, buf, (size_t)n), 0);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+            if (eof)
+                *eof = true;
+            return;
+        }
+    }
+}
+
+static int count(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)) != NULL; p += strlen(needle))
+        n++;
+    return n;
+}
+
+static void loop_until_closes(struct srv *s, int n)
+{
+    int64_t deadline = mono_ms() + DEADLINE_MS;
+    while (s->closes < n) {
+        assert_true(mono_ms() < deadline);
+        reactor_run_once(s->r, 10);
+    }
+}
+
+/* ---- wire tests ------------------------------------------------------------------------- */
+
+static void test_pipelined_requests(void **state)
+{
+    struct srv s;
+    struct httpd_config cfg = {.name = "t-pipe"};
+    srv_start(&s, &cfg);
+    int fd = cli_connect(&s);
+    cli_sends(&s, fd,
+              "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n"
+              "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"
+              "GET /p/a%20b?x=1+2%26&flag HTTP/1.1\r\nHost: x\r\n\r\n");
+    struct strbuf in;
+    strbuf_init(&in, 1 << 20);
+    cli_read_until(&s, fd, &in, "HTTP/1.1 200 OK\r\n", 3, NULL);
+    cli_read_until(&s, fd, &in, "127.0.0.1", 1, NULL);
+    const char *t = strbuf_str(&in);
+    /* in order, all three on the one connection */
+    const char *a = strstr(t, "\r\n\r\nok"), *b = strstr(t, "\r\n\r\nhello"),
+               *c = strstr(t, "/p/a b|1 2&|(null)|127.0.0.1");
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_non_null(c);
+    assert_true(a < b && b < c);
+    assert_int_equal(count(t, "Content-Length: "), 3);
+    assert_null(strstr(t, "Connection: close"));
+    strbuf_release(&in);
+    close(fd);
+    srv_stop(&s);
+}
+
+static void test_chunked_request_body(void **state)
+{
+    struct srv s;
+    struct httpd_config cfg = {.name = "t-chunked", .max_body = 64};
+    srv_start(&s, &cfg);
+    int fd = cli_connect(&s);
+    /* split across sends, with an extension and a trailer */
+    cli_sends(&s, fd, "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel");
+    cli_sends(&s, fd, "lo\r\n6;name=val\r\n world\r\n0\r\nX-Trailer: 1\r\n\r\n");
+    struct strbuf in;
+    strbuf_init(&in, 1 << 20);
+    cli_read_until(&s, fd, &in, "hello world", 1, NULL);
+    assert_non_null(strstr(strbuf_str(&in), "HTTP/1.1 200 OK\r\n"));
+    assert_non_null(strstr(strbuf_str(&in), "Content-Length: 11\r\n"));
+    /* over the cap (64): 413, and the connection stays usable */
+    strbuf_reset(&in);
+    cli_sends(&s, fd, "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                      "50\r\n");
+    char pad[0x50];
+    memset(pad, 'p', sizeof(pad));
+    cli_send(&s, fd, pad, sizeof(pad));
+    cli_sends(&s, fd, "\r\n0\r\n\r\nGET /ok HTTP/1.1\r\nHost: x\r\n\r\n");
+    cli_read_until(&s, fd, &in, "\r\n\r\nok", 1, NULL);
+    assert_non_null(strstr(strbuf_str(&in), "HTTP/1.1 413 "));
+    assert_non_null(strstr(strbuf_str(&in), "request body too large"));
+    /* a malformed chunk size: 400 and close */
+    strbuf_reset(&in);
+    bool eof = false;
+    cli_sends(&s, fd, "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n");
+    cli_read_until(&s, fd, &in, NULL, 0, &eof);
+    assert_true(eof);
+    assert_non_null(strstr(strbuf_str(&in), "HTTP/1.1 400 "));
+    strbuf_release(&in);
+    close(fd);
+    srv_stop(&s);
+}
+
+static void test_expect_continue(void **state)
+{
+    struct srv s;
+    struct httpd_config cfg = {.name = "t-expect", .max_body = 1024};
+    srv_start(&s, &cfg);
+    int fd = cli_connect(&s);
+    struct strbuf in;
+    strbuf_init(&in, 1 << 20);
+    cli_sends(&s, fd, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n"
+                      "Expect: 100-continue\r\n\r\n");
+    cli_read_until(&s, fd, &in, "HTTP/1.1 100 Continue\r\n\r\n", 1, NULL);
+    assert_int_equal(s.handled, 0);
+    cli_sends(&s, fd, "ping");
+    cli_read_until(&s, fd, &in, "ping", 1, NULL);
+    assert_non_null(strstr(strbuf_str(&in), "HTTP/1.1 200 OK\r\n"));
+    /* an announced body over the cap is refused without reading it: no 100, a 413 and
+     * the connection closes */
+    strbuf_reset(&in);
+    bool eof = false;
+    cli_sends(&s, fd, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n"
+                      "Expect: 100-continue\r\n\r\n");
+    cli_read_until(&s, fd, &in, NULL, 0, &eof);
+    assert_true(eof);
+    assert_null(strstr(strbuf_str(&in), "100 Continue"));
+    assert_non_null(strstr(strbuf_str(&in), "HTTP/1.1 413 "));
+    assert_non_null(strstr(strbuf_str(&in), "{\"detail\":\"request body too large\"}"));
+    assert_int_equal(s.handled, 1);
+    close(fd);
+    /* a huge announced body without Expect: 413 at once, nothing of it is sent */
+    fd = cli_connect(&s);
+    strbuf_reset(&in);
+    cli_sends(&s, fd, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 999999999999\r\n\r\n");
+    cli_read_until(&s, fd, &in, NULL, 0, &eof);
+    assert_true(eof);
+    assert_non_null(strstr(strbuf_str(&in), "HTTP/1.1 413 "));
+    strbuf_release(&in);
+    close(fd);
+    srv_stop(&s);
+}
+
+static void expect_status_and_close(struct srv *s, const char *req, size_t len, const char *status)
+{
+    int fd = cli_connect(s);
+    cli_send(s, fd, req, len);
+    struct strbuf in;
+    strbuf_init(&in, 1 << 20);
+    bool eof = false;
+    cli_read_until(s, fd, &in, NULL, 0, &eof);
+    assert_true(eof);
+    if (!strstr(strbuf_str(&in), status))
+        fail_msg("wanted %s, got: %s", status, strbuf_str(&in));
+    assert_non_null(strstr(strbuf_str(&in), "Connection: close"));
+    strbuf_release(&in);
+    close(fd);
+}
+
+static void test_malformed_heads(void **state)
+{
+    struct srv s;
+    struct httpd_config cfg = {.name = "t-malformed"};
+    srv_start(&s, &cfg);
+    static const char *const bad400[] = {
+        "GET\r\n\r\n",
+        "GET /ok\r\n\r\n",
+        "GET /ok HTTP/1.1 extra\r\n\r\n",
+        "GET ok HTTP/1.1\r\n\r\n",
+        "GET /o k HTTP/1.1\r\n\r\n",
+        "G(T /ok HTTP/1.1\r\n\r\n",
+        "GET /ok HTTP/1.1\r\nNo-Colon\r\n\r\n",
+        "GET /ok HTTP/1.1\r\nBad Name: x\r\n\r\n",
+        "GET /ok HTTP/1.1\r\nA: b\r\n folded\r\n\r\n",
+        "POST /echo HTTP/1.1\r\nContent-Length: 1x\r\n\r\n",
+        "POST /echo HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
+        "POST /echo HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "GET /a%00b HTTP/1.1\r\n\r\n",
+        "GET /ok FTP/1.1\r\n\r\n",
+    };
+    for (size_t i = 0; i < ARRAY_LEN(bad400); i++)
+        expect_status_and_close(&s, bad400[i], strlen(bad400[i]), "HTTP/1.1 400 ");
+    const char *v2 = "GET /ok HTTP/2.0\r\n\r\n";
+    expect_status_and_close(&s, v2, strlen(v2), "HTTP/1.1 505 ");
+    const char *te = "POST /echo HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n";
+    expect_status_and_close(&s, te, strlen(te), "HTTP/1.1 501 ");
+    /* a header block above 16 KiB: 431 */
+    size_t big = 20 * 1024;
+    char *req = xmalloc(big);
+    int n = snprintf(req, big, "GET /ok HTTP/1.1\r\nX-Big: ");
+    memset(req + n, 'a', big - (size_t)n);
+    expect_status_and_close(&s, req, big, "HTTP/1.1 431 ");
+    /* too many header lines: 431 too */
+    struct strbuf many;
+    strbuf_init(&many, 1 << 20);
+    strbuf_puts(&many, "GET /ok HTTP/1.1\r\n");
+    for (int i = 0; i < HTTPD_MAX_HEADERS + 1; i++)
+        strbuf_appendf(&many, "X-H%d: v\r\n", i);
+    strbuf_puts(&many, "\r\n");
+    expect_status_and_close(&s, many.buf, many.len, "HTTP/1.1 431 ");
+    strbuf_release(&many);
+    free(req);
+    assert_int_equal(s.handled, 0);
+    srv_stop(&s);
+}
+
+static void test_http10_and_keepalive(void **state)
+{
+    struct srv s;
+    struct httpd_config cfg = {.name = "t-http10"};
+    srv_start(&s, &cfg);
+    /* HTTP/1.0 closes after the answer */
+    int fd = cli_connect(&s);
+    cli_sends(&s, fd, "GET /ok HTTP/1.0\r\n\r\n");
+    struct strbuf in;
+    strbuf_init(&in, 1 << 20);
+    bool eof = false;
+    cli_read_until(&s, fd, &in, NULL, 0, &eof);
+    assert_true(eof);
+    assert_non_null(strstr(strbuf_str(&in), "200 OK"));
+    assert_non_null(strstr(strbuf_str(&in), "\r\n\r\nok"));
+    close(fd);
+    /* ... unless it asks for keep-alive */
+    fd = cli_connect(&s);
+    strbuf_reset(&in);
+    cli_sends(&s, fd, "GET /ok HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+    cli_read_until(&s, fd, &in, "\r\n\r\nok", 1, &eof);
+    assert_false(eof);
+    assert_non_null(strstr(strbuf_str(&in), "Connection: keep-alive\r\n"));
+    close(fd);
+    /* HTTP/1.1 "Connection: close" is honoured */
+    fd = cli_connect(&s);
+    strbuf_reset(&in);
+    cli_sends(&s, fd, "GET /ok HTTP/1.1\r\nConnection: close\r\n\r\n");
+    cli_read_until(&s, fd, &in, NULL, 0, &eof);
+    assert_true(eof);
+    assert_non_null(strstr(strbuf_str(&in), "Connection: close\r\n"));
+    close(fd);
+    /* many requests, one connection, one at a time */
+    fd = cli_connect(&s);
+    int before = s.handled;
+    for (int i = 0; i < 200; i++) {
+        strbuf_reset(&in);
+        cli_sends(&s, fd, "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n");
+        cli_read_until(&s, fd, &in, "\r\n\r\nok", 1, &eof);
+        assert_false(eof);
+    }
+    assert_int_equal(s.handled - before, 200);
+    /* HEAD: the GET route answers with the length and no body; the connection stays in
+     * sync for the next request */
+    strbuf_reset(&in);
+    cli_sends(&s, fd, "HEAD /ok HTTP/1.1\r\nHost: x\r\n\r\nGET /ok HTTP/1.1\r\nHost: x\r\n\r\n");
+    cli_read_until(&s, fd, &in, "HTTP/1.1 200 OK", 2, &eof);
+    cli_read_until(&s, fd, &in, "\r\n\r\nok", 1, &eof);
+    const char *t = strbuf_str(&in);
+    assert_int_equal(count(t, "Content-Length: 2\r\n"), 2);
+    assert_int_equal(count(t, "ok"), 1);
+    strbuf_release(&in);
+    close(fd);
+    srv_stop(&s);
+}
+
+static void test_disconnect_while_suspended(void **state)
+{
+    struct srv s;
+    struct httpd_config cfg = {.name = "t-gone"};
+    srv_start(&s, &cfg);
+    int fd = cli_connect(&s);
+    cli_sends(&s, fd, "GET /never HTTP/1.1\r\nHost: x\r\n\r\n");
+    int64_t deadline = mono_ms() + DEADLINE_MS;
+    while (s.handled < 1) {
+        assert_true(mono_ms() < deadline);
+        reactor_run_once(s.r, 10);
+    }
+    assert_int_equal(s.closes, 0);
+    close(fd);
+    loop_until_closes(&s, 1);
+    assert_true(s.gone_at_close);
+    assert_null(s.held);
+    srv_stop(&s);
+    assert_int_equal(s.closes, 1); /* exactly once */
+}
+
+static void test_stream_backpressure(void **state)
+{
+    struct srv s;
+    struct httpd_config cfg = {.name = "t-backpressure"};
+    srv_start(&s, &cfg);
+    int fd = cli_connect(&s);
+    int rcv = 16 * 1024;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof(rcv));
+    cli_sends(&s, fd, "GET /big HTTP/1.1\r\nHost: x\r\n\r\n");
+    int64_t deadline = mono_ms() + DEADLINE_MS;
+    while (s.handled < 1) {
+        assert_true(mono_ms() < deadline);
+        reactor_run_once(s.r, 10);
+    }
+    for (int i = 0; i < 5; i++)
+        reactor_run_once(s.r, 5);
+    /* the client reads nothing: the socket is full and the rest waits in the server,
+     * without blocking the loop */
+    assert_non_null(s.held);
+    size_t pending = httpd_stream_pending(s.held);
+    assert_true(pending > 0);
+    assert_true(pending < (size_t)BIG_TOTAL + 4096);
+    httpd_stream_end(s.held, false);
+    /* now read it all: 4 MiB of 'z' in one chunk, then the terminating chunk */
+    size_t body = 0;
+    bool end = false;
+    char buf[65536];
+    char tailbuf[16] = {0};
+    while (!end) {
+        assert_true(mono_ms() < deadline);
+        reactor_run_once(s.r, 1);
+        ssize_t n;
+        while ((n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT)) > 0) {
+            for (ssize_t i = 0; i < n; i++)
+                body += buf[i] == 'z';
+            size_t keep = MOTOR_MIN((size_t)n, sizeof(tailbuf) - 1);
+            memmove(tailbuf, tailbuf + keep, sizeof(tailbuf) - 1 - keep);
+            memcpy(tailbuf + sizeof(tailbuf) - 1 - keep, buf + n - (ssize_t)keep, keep);
+            end = strstr(tailbuf, "\r\n0\r\n\r\n") != NULL;
+        }
+    }
+    assert_int_equal(body, (size_t)BIG_TOTAL);
+    loop_until_closes(&s, 1);
+    assert_false(s.gone_at_close);
+    close(fd);
+    srv_stop(&s);
+}
+
+static void test_idle_timeout_and_max_connections(void **state)
+{
+    struct srv s;
+    struct httpd_config cfg = {.name = "t-idle", .idle_timeout_s = 1, .max_connections = 2};
+    srv_start(&s, &cfg);
+    int a = cli_connect(&s), b = cli_connect(&s);
+    struct strbuf in;
+    strbuf_init(&in, 1 << 20);
+    bool eof = false;
+    cli_sends(&s, a, "GET /ok HTTP/1.1\r\n\r\n");
+    cli_read_until(&s, a, &in, "\r\n\r\nok", 1, &eof);
+    cli_sends(&s, b, "GET /ok HTTP/1.1\r\n\r\n");
+    cli_read_until(&s, b, &in, "\r\n\r\nok", 2, &eof);
+    /* a third connection is over the limit: closed at once */
+    int c = cli_connect(&s);
+    strbuf_reset(&in);
+    cli_read_until(&s, c, &in, NULL, 0, &eof);
+    assert_true(eof);
+    assert_int_equal(in.len, 0);
+    close(c);
+    /* the idle ones are closed after ~1 s */
+    int64_t t0 = mono_ms();
+    cli_read_until(&s, a, &in, NULL, 0, &eof);
+    assert_true(eof);
+    assert_true(mono_ms() - t0 < 4000);
+    close(a);
+    close(b);
+    strbuf_release(&in);
+    srv_stop(&s);
+}
+
+static void dummy_cb(struct reactor *r, int fd, uint32_t events, void *arg)
+{
+}
+
+/* Another module closed an fd without leaving the reactor (httpc does after a curl
+ * connect timeout); the accepted connection that gets the number must still be served. */
+static void test_stale_watch_on_accepted_fd(void **state)
+{
+    struct srv s;
+    struct httpd_config cfg = {.name = "t-stale"};
+    srv_start(&s, &cfg);
+    int fd = cli_connect(&s);
+    int stale = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(stale >= 0);
+    assert_int_equal(reactor_add_fd(s.r, stale, EPOLLIN, dummy_cb, NULL), 0);
+    close(stale); /* the lowest free number: accept4 hands it out next */
+    struct strbuf in;
+    strbuf_init(&in, 1 << 20);
+    cli_sends(&s, fd, "GET /ok HTTP/1.1\r\n\r\n");
+    bool eof = false;
+    cli_read_until(&s, fd, &in, "\r\n\r\nok", 1, &eof);
+    assert_false(eof);
+    strbuf_release(&in);
+    close(fd);
+    srv_stop(&s);
+}
+
+/* A process without TLS listeners must never map libmicrohttpd / GnuTLS. */
+static bool mapped(const char *lib)
+{
+    char *maps = read_file("/proc/self/maps", 16 << 20, NULL);
+    bool yes = maps && strstr(maps, lib) != NULL;
+    free(maps);
+    return yes;
+}
+
+static void test_plain_server_loads_no_tls(void **state)
+{
+    bool mhd_before = mapped("libmicrohttpd"), gnutls_before = mapped("libgnutls");
+    struct srv s;
+    struct httpd_config cfg = {.name = "t-notls"};
+    srv_start(&s, &cfg);
+    int fd = cli_connect(&s);
+    struct strbuf in;
+    strbuf_init(&in, 1 << 20);
+    cli_sends(&s, fd, "GET /ok HTTP/1.1\r\n\r\n");
+    cli_read_until(&s, fd, &in, "\r\n\r\nok", 1, NULL);
+    strbuf_release(&in);
+    close(fd);
+    srv_stop(&s);
+    if (!mhd_before)
+        assert_false(mapped("libmicrohttpd"));
+    if (!gnutls_before)
+        assert_false(mapped("libgnutls"));
+}
+
+/* ---- pure parser / decoder ------------------------------------------------------------------- */
+
+static void test_parse_head(void **state)
+{
+    struct httpd_head hd;
+    const char *r = "\r\nPOST /a?b=c HTTP/1.1\r\nHost:  x \r\nContent-Length: 3\r\n"
+                    "Connection: keep-alive, Close\r\nExpect: 100-Continue\r\n\r\nabc";
+    int n = httpd_parse_head(r, strlen(r), &hd);
+    assert_int_equal(n, (int)(strstr(r, "abc") - r));
+    assert_int_equal(hd.method_len, 4);
+    assert_memory_equal(hd.target, "/a?b=c", 6);
+    assert_int_equal(hd.minor, 1);
+    assert_int_equal(hd.nhdrs, 4);
+    assert_int_equal(hd.hdrs[0].value_len, 1);
+    assert_true(hd.has_length);
+    assert_int_equal(hd.content_length, 3);
+    assert_false(hd.keep_alive);
+    assert_true(hd.expect_continue);
+    /* every prefix is "need more" */
+    for (size_t i = 0; i < (size_t)n; i++)
+        assert_int_equal(httpd_parse_head(r, i, &hd), 0);
+    const char *lf = "GET / HTTP/1.0\nA: b\n\n";
+    assert_int_equal(httpd_parse_head(lf, strlen(lf), &hd), (int)strlen(lf));
+    assert_false(hd.keep_alive);
+
+    char dec[32];
+    assert_int_equal(httpd_url_decode(dec, "a%20b+c%zz%4", 12, true), 10);
+    assert_string_equal(dec, "a b c%zz%4");
+    assert_int_equal(httpd_url_decode(dec, "a+b", 3, false), 3);
+    assert_string_equal(dec, "a+b");
+    assert_int_equal(httpd_url_decode(dec, "%00", 3, false), -EINVAL);
+}
+
+static void test_chunked_decoder(void **state)
+{
+    const char *in = "4\r\nWiki\r\n5;x=y\r\npedia\r\nE\r\n in\r\n\r\nchunks.\r\n0\r\nT: v\r\n\r\nNEXT";
+    size_t len = strlen(in);
+    /* every split point gives the same result */
+    for (size_t cut = 0; cut <= len; cut++) {
+        char *buf = xmalloc(len);
+        memcpy(buf, in, len);
+        struct httpd_chunked c = {0};
+        char out[64];
+        size_t olen = 0, used = 0, o = 0;
+        int rc = httpd_chunked_decode(&c, buf, cut, &used, &o);
+        assert_true(rc == 0 || rc == 1);
+        memcpy(out, buf, o);
+        olen = o;
+        size_t total = used;
+        if (rc == 0) {
+            assert_int_equal(used, cut);
+            rc = httpd_chunked_decode(&c, buf + cut, len - cut, &used, &o);
+            memcpy(out + olen, buf + cut, o);
+            olen += o;
+            total += used;
+        }
+        assert_int_equal(rc, 1);
+        assert_int_equal(total, len - 4); /* "NEXT" is the next request's */
+        assert_int_equal(olen, 23);
+        assert_memory_equal(out, "Wikipedia in\r\n\r\nchunks.", 23);
+        free(buf);
+    }
+    static const char *const bad[] = {"x\r\n", "\r\n", "5\r\nabcdeX", "FFFFFFFFFFFFFFFFF\r\n",
+                                      "0\r\n\rX"};
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        char buf[64];
+        size_t bl = strlen(bad[i]), used = 0, o = 0;
+        memcpy(buf, bad[i], bl);
+        struct httpd_chunked c = {0};
+        assert_int_equal(httpd_chunked_decode(&c, buf, bl, &used, &o), -EINVAL);
+    }
+}
+
+int main(void)
+{
+    log_set_level(LOG_ERROR);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_parse_head),
+        cmocka_unit_test(test_chunked_decoder),
+        cmocka_unit_test(test_pipelined_requests),
+        cmocka_unit_test(test_chunked_request_body),
+        cmocka_unit_test(test_expect_continue),
+        cmocka_unit_test(test_malformed_heads),
+        cmocka_unit_test(test_http10_and_keepalive),
+        cmocka_unit_test(test_disconnect_while_suspended),
+        cmocka_unit_test(test_stream_backpressure),
+        cmocka_unit_test(test_idle_timeout_and_max_connections),
+        cmocka_unit_test(test_stale_watch_on_accepted_fd),
+        cmocka_unit_test(test_plain_server_loads_no_tls),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
