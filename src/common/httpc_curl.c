@@ -318,9 +318,12 @@ static int socket_cb(CURL *easy, curl_socket_t s, int what, void *userp, void *s
 {
     struct httpc_curl *c = userp;
     if (what == CURL_POLL_REMOVE) {
-        /* Not closed (curl's close goes through close_cb): keep the registration. */
-        if (sock_state(c, s) == SOCK_WANTED)
-            sock_set(c, s, SOCK_PARKED);
+        /* Unregister at once. Keeping idle keep-alive sockets registered saved an
+         * epoll_ctl per request when curl carried every leg, but curl 7.88 closes a socket
+         * whose connect timed out without calling close_cb, which left a watch on a dead
+         * number that the next accept() or socket() reused (EEXIST for its owner). Only
+         * https:// goes through curl now, so the saving is not worth that hazard. */
+        sock_forget(c, s);
         return 0;
     }
     uint32_t ev = 0;
