@@ -880,9 +880,8 @@ static void build(struct outbuf *o, const char *method, const struct httpc_url *
         if (u->ipv6)
             puts_(o, "]");
         if (u->port != 80) {
-            char port[16];
-            int k = snprintf(port, sizeof(port), ":%d", u->port);
-            put(o, port, (size_t)k);
+            char port[24] = ":";
+            put(o, port, 1 + fmt_u64(port + 1, (uint64_t)u->port));
         }
         puts_(o, "\r\n");
     }
@@ -900,9 +899,10 @@ static void build(struct outbuf *o, const char *method, const struct httpc_url *
             puts_(o, opts->content_type ? opts->content_type : "application/json");
             puts_(o, "\r\n");
         }
-        char cl[48];
-        int k = snprintf(cl, sizeof(cl), "Content-Length: %zu\r\n", body_len);
-        put(o, cl, (size_t)k);
+        char cl[24];
+        puts_(o, "Content-Length: ");
+        put(o, cl, fmt_u64(cl, body_len));
+        puts_(o, "\r\n");
     }
     puts_(o, "\r\n");
     if (send_body && body_len)

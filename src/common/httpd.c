@@ -624,7 +624,10 @@ void httpd_add_header(struct httpd_req *req, const char *name, const char *value
             req->resp_close = true;
         return;
     }
-    strbuf_appendf(&req->rhdrs, "%s: %s\r\n", name, value);
+    strbuf_puts(&req->rhdrs, name);
+    strbuf_puts(&req->rhdrs, ": ");
+    strbuf_puts(&req->rhdrs, value);
+    strbuf_puts(&req->rhdrs, "\r\n");
 }
 
 static bool can_answer(struct httpd_req *req, const char *what)
@@ -644,7 +647,9 @@ static void set_content_type(struct httpd_req *req, const char *ctype)
     if (!ctype || !header_text_ok(ctype))
         return;
     if (req->rhdrs.len == 0) { /* the usual case: no copy */
-        strbuf_appendf(&req->rhdrs, "Content-Type: %s\r\n", ctype);
+        strbuf_puts(&req->rhdrs, "Content-Type: ");
+        strbuf_puts(&req->rhdrs, ctype);
+        strbuf_puts(&req->rhdrs, "\r\n");
         return;
     }
     struct strbuf sb;

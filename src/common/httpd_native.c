@@ -286,12 +286,21 @@ static void put_head(struct conn *c, struct httpd_req *req, bool chunked, size_t
 {
     struct strbuf *o = &c->out;
     const char *reason = httpd_status_text(req->status);
-    strbuf_appendf(o, "HTTP/1.1 %d %s\r\n", req->status, *reason ? reason : "Status");
+    /* Built by hand: this runs for every answer and printf was a visible share of it. */
+    strbuf_puts(o, "HTTP/1.1 ");
+    strbuf_put_u64(o, (unsigned)req->status);
+    strbuf_putc(o, ' ');
+    strbuf_puts(o, *reason ? reason : "Status");
+    strbuf_puts(o, "\r\n");
     strbuf_append(o, req->rhdrs.buf ? req->rhdrs.buf : "", req->rhdrs.len);
     if (chunked)
         strbuf_puts(o, "Transfer-Encoding: chunked\r\n");
     else if (length != SIZE_MAX)
-        strbuf_appendf(o, "Content-Length: %zu\r\n", length);
+    {
+        strbuf_puts(o, "Content-Length: ");
+        strbuf_put_u64(o, length);
+        strbuf_puts(o, "\r\n");
+    }
     if (!c->keep_alive)
         strbuf_puts(o, "Connection: close\r\n");
     else if (c->http10)

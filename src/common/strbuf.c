@@ -168,3 +168,9 @@ void strbuf_consume(struct strbuf *sb, size_t n)
     sb->len -= n;
     sb->buf[sb->len] = '\0';
 }
+
+int strbuf_put_u64(struct strbuf *sb, unsigned long long v)
+{
+    char d[20];
+    return strbuf_append(sb, d, fmt_u64(d, v));
+}

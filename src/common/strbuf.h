@@ -29,6 +29,8 @@ void strbuf_reset(struct strbuf *sb);
 int strbuf_append(struct strbuf *sb, const void *data, size_t n);
 int strbuf_puts(struct strbuf *sb, const char *s);
 int strbuf_putc(struct strbuf *sb, char c);
+/* Append v in decimal (no printf). 0 or -E2BIG. */
+int strbuf_put_u64(struct strbuf *sb, unsigned long long v);
 int strbuf_appendf(struct strbuf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Append s as a JSON string literal (with quotes and escapes; each byte of invalid
  * UTF-8 becomes \ufffd). All or nothing, like every append. */

@@ -40,6 +40,11 @@ int parse_int(const char *s, int min, int max, int *out);
  * nan are -EINVAL; overflow like 1e400 is -ERANGE). */
 int parse_double(const char *s, double min, double max, double *out);
 
+/* Decimal / lower-case hex digits of v into buf (no NUL), returning how many (1..20).
+ * For per-request hot paths where a printf round trip is a visible cost. buf >= 20. */
+size_t fmt_u64(char *buf, uint64_t v);
+size_t fmt_hex64(char *buf, uint64_t v);
+
 /* Length (1..4) of the valid UTF-8 sequence starting at s; 0 when s is at the NUL or
  * starts an invalid, overlong, surrogate or truncated sequence. For JSON/exposition
  * writers that must never emit invalid UTF-8. */

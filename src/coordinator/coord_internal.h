@@ -70,6 +70,8 @@ struct coord_worker {
     struct inst_snapshot *snap; /* this worker's cached reference */
     uint64_t snap_version;
     uint64_t seq;      /* request ids */
+    char rid_prefix[32]; /* "motor-<boot>-<worker>-", formatted once (handle_infer) */
+    size_t rid_prefix_len;
     struct preq *live; /* proxied requests in progress */
     int n_live;
     struct reactor_timer sweep; /* request deadlines, while requests are live */

@@ -607,8 +607,17 @@ static void leg_start(struct preq *pr, struct leg *leg, const char *body, size_t
         pdreq_estimate_tokens(pr->body, leg->which == LEG_PREFILL && pr->mode != MODE_SINGLE);
     inst_load_acquire(leg->ep->load, leg->tokens);
     leg->load_held = true;
-    char *url = xasprintf("http://%s%s", leg->ep->hostport, api_paths[pr->api]);
-    char *rid_hdr = xasprintf("X-Request-Id: %s", pr->rid);
+    /* Per leg, so assembled without printf or the heap (hostport is an address). */
+    char url[320], rid_hdr[96];
+    size_t hl = strnlen(leg->ep->hostport, sizeof(url) - 64);
+    size_t pl = strlen(api_paths[pr->api]);
+    memcpy(url, "http://", 7);
+    memcpy(url + 7, leg->ep->hostport, hl);
+    memcpy(url + 7 + hl, api_paths[pr->api], pl + 1);
+    size_t rl = strnlen(pr->rid, sizeof(pr->rid));
+    memcpy(rid_hdr, "X-Request-Id: ", 14);
+    memcpy(rid_hdr + 14, pr->rid, rl);
+    rid_hdr[14 + rl] = '\0';
     const char *hdrs[] = {rid_hdr,
                           stream ? "Accept: text/event-stream" : "Accept: application/json", NULL};
     int64_t left = pr->deadline_ms - now_ms(pr);
@@ -628,8 +637,6 @@ static void leg_start(struct preq *pr, struct leg *leg, const char *body, size_t
     log_debug("upstream_leg", LF_STR("request_id", pr->rid), LF_STR("url", url),
               LF_INT("instance_id", leg->inst->id), LF_BOOL("stream", stream));
     leg->h = httpc_request(pr->w->httpc, &o, leg_on_done, leg);
-    free(url);
-    free(rid_hdr);
 }
 
 /* ---- routing ----------------------------------------------------------------------- */
@@ -979,8 +986,14 @@ static void handle_infer(struct httpd_req *req, struct coord_worker *w, enum api
     pr->legs[LEG_MAIN].pr = pr;
     pr->legs[LEG_PREFILL].which = LEG_PREFILL;
     pr->legs[LEG_MAIN].which = LEG_MAIN;
-    snprintf(pr->rid, sizeof(pr->rid), "motor-%08x-%02x-%llx",
-             (unsigned)(c->start_wall_ms & 0xffffffff), w->idx, (unsigned long long)++w->seq);
+    if (!w->rid_prefix_len) {
+        int n = snprintf(w->rid_prefix, sizeof(w->rid_prefix), "motor-%08x-%02x-",
+                         (unsigned)(c->start_wall_ms & 0xffffffff), w->idx);
+        w->rid_prefix_len = n > 0 ? MOTOR_MIN((size_t)n, sizeof(w->rid_prefix) - 1) : 0;
+    }
+    memcpy(pr->rid, w->rid_prefix, w->rid_prefix_len);
+    size_t idn = fmt_hex64(pr->rid + w->rid_prefix_len, ++w->seq);
+    pr->rid[w->rid_prefix_len + idn] = '\0';
     pr->next = w->live;
     if (w->live)
         w->live->prev = pr;

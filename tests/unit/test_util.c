@@ -443,9 +443,28 @@ static void test_write_all(void **state)
     assert_int_equal(write_all(-1, "x", 1), -EBADF);
 }
 
+static void test_fmt_numbers(void **state)
+{
+    (void)state;
+    char b[24];
+    const uint64_t vals[] = {0, 7, 10, 255, 4096, 1234567890123ULL, UINT64_MAX};
+    for (size_t i = 0; i < sizeof(vals) / sizeof(vals[0]); i++) {
+        char want[32];
+        size_t n = fmt_u64(b, vals[i]);
+        snprintf(want, sizeof(want), "%llu", (unsigned long long)vals[i]);
+        assert_int_equal(n, strlen(want));
+        assert_memory_equal(b, want, n);
+        n = fmt_hex64(b, vals[i]);
+        snprintf(want, sizeof(want), "%llx", (unsigned long long)vals[i]);
+        assert_int_equal(n, strlen(want));
+        assert_memory_equal(b, want, n);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fmt_numbers),
         cmocka_unit_test(test_parse_i64),
         cmocka_unit_test(test_parse_int),
         cmocka_unit_test(test_parse_double),
