@@ -19,6 +19,7 @@ Needs: nginx, wrk (apt-get install nginx-light wrk). Standard library only.
 """
 
 import argparse
+import ctypes
 import json
 import statistics
 import os
@@ -199,10 +200,17 @@ def main():
     tmp = tempfile.mkdtemp(prefix="motor-bench-")
     procs = []
 
+    def die_with_us():
+        # A bench killed hard (timeout -s KILL, a CI limit) must not leave nginx or the
+        # coordinator behind: they get SIGKILL when this process dies.
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+
     def start(argv, log):
         f = open(os.path.join(tmp, log), "wb")
         p = subprocess.Popen(pin_prefix(args) + argv, stdout=f, stderr=subprocess.STDOUT,
-                             stdin=subprocess.DEVNULL, start_new_session=True)
+                             stdin=subprocess.DEVNULL, start_new_session=True,
+                             preexec_fn=die_with_us)
         procs.append(p)
         return p
 
