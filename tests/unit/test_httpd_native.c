@@ -661,12 +661,48 @@ static void test_chunked_decoder(void **state)
     }
 }
 
+/* Chunk framing is CRLF only: a bare LF where a size line, a chunk's data, a trailer
+ * or the final blank line ends is refused, as are absurd runs of leading zeros. A
+ * front proxy that does not take LF alone as a line end would frame such a body
+ * differently from us (request smuggling). */
+static void test_chunked_decoder_strict(void **state)
+{
+    static const char *const bad[] = {
+        "5\nhello\r\n0\r\n\r\n",          /* size line ended by LF */
+        "5;a=b\nhello\r\n0\r\n\r\n",      /* extension ended by LF */
+        "5\r\nhello\n0\r\n\r\n",          /* data ended by LF */
+        "5\r\nhello\r\n0\n\r\n",          /* last-chunk line ended by LF */
+        "5\r\nhello\r\n0\r\n\n",          /* final blank line is LF */
+        "5\r\nhello\r\n0\r\nT: v\n\r\n",  /* trailer line ended by LF */
+        "5\r\nhello\r\n0\r\nT: v\rx\r\n\r\n", /* bare CR inside a trailer */
+        "00000000000000000005\r\nhello\r\n0\r\n\r\n", /* 20 digits */
+    };
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        char buf[64];
+        size_t bl = strlen(bad[i]), used = 0, o = 0;
+        memcpy(buf, bad[i], bl);
+        struct httpd_chunked c = {0};
+        if (httpd_chunked_decode(&c, buf, bl, &used, &o) != -EINVAL)
+            fail_msg("accepted: case %zu", i);
+    }
+    const char *good = "0005;a=b\r\nhello\r\n0\r\nT: v\r\n\r\n";
+    char buf[64];
+    size_t gl = strlen(good), used = 0, o = 0;
+    memcpy(buf, good, gl);
+    struct httpd_chunked c = {0};
+    assert_int_equal(httpd_chunked_decode(&c, buf, gl, &used, &o), 1);
+    assert_int_equal(used, gl);
+    assert_int_equal(o, 5);
+    assert_memory_equal(buf, "hello", 5);
+}
+
 int main(void)
 {
     log_set_level(LOG_ERROR);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_head),
         cmocka_unit_test(test_chunked_decoder),
+        cmocka_unit_test(test_chunked_decoder_strict),
         cmocka_unit_test(test_pipelined_requests),
         cmocka_unit_test(test_chunked_request_body),
         cmocka_unit_test(test_expect_continue),
