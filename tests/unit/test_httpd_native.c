@@ -559,6 +559,41 @@ static void test_stale_watch_on_accepted_fd(void **state)
     srv_stop(&s);
 }
 
+static void h_big_header(struct httpd_req *req, void *arg)
+{
+    /* "X-B: " + value fills the 64 KiB header buffer but for its CRLF */
+    size_t vlen = 64 * 1024 - 5 - 1;
+    char *v = xmalloc(vlen + 1);
+    memset(v, 'v', vlen);
+    v[vlen] = '\0';
+    httpd_add_header(req, "X-B", v);
+    free(v);
+    httpd_add_header(req, "X-After", "1");
+    httpd_respond(req, 200, "text/plain", "ok", 2);
+}
+
+/* A header that does not fit must be dropped whole: a header line left without its CRLF
+ * swallowed the Content-Length line that follows it (the answer lost its framing). */
+static void test_oversized_response_header_dropped_whole(void **state)
+{
+    struct srv s;
+    struct httpd_config cfg = {.name = "t-bighdr"};
+    srv_start(&s, &cfg);
+    httpd_route(s.h, "GET", "/bighdr", h_big_header, &s, 0);
+    int fd = cli_connect(&s);
+    struct strbuf in;
+    strbuf_init(&in, 1 << 20);
+    cli_sends(&s, fd, "GET /bighdr HTTP/1.1\r\nHost: x\r\n\r\n");
+    cli_read_until(&s, fd, &in, "\r\n\r\nok", 1, NULL);
+    const char *t = strbuf_str(&in);
+    assert_non_null(strstr(t, "\r\nContent-Length: 2\r\n"));
+    assert_non_null(strstr(t, "\r\nX-After: 1\r\n"));
+    assert_null(strstr(t, "vvvvContent-Length"));
+    strbuf_release(&in);
+    close(fd);
+    srv_stop(&s);
+}
+
 /* A process without TLS listeners must never map libmicrohttpd / GnuTLS. */
 static bool mapped(const char *lib)
 {
@@ -713,6 +748,7 @@ int main(void)
         cmocka_unit_test(test_idle_timeout_and_max_connections),
         cmocka_unit_test(test_stale_watch_on_accepted_fd),
         cmocka_unit_test(test_plain_server_loads_no_tls),
+        cmocka_unit_test(test_oversized_response_header_dropped_whole),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
