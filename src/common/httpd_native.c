@@ -39,6 +39,10 @@
 #define NATIVE_LINGER_BYTES (256u << 10)
 #define NATIVE_OUT_KEEP (64u << 10)    /* larger output buffers are freed when drained */
 #define NATIVE_OUT_MAX (3 * HTTPD_STREAM_MAX)
+/* Reading a request: after the first idle_timeout_s, head and body must keep arriving at
+ * this average rate. The idle timer alone is reset by every byte, so a client sending
+ * one byte a minute (slowloris) held a connection slot forever. */
+#define NATIVE_MIN_RATE 500 /* bytes per second */
 
 enum conn_state {
     C_HEAD,    /* waiting for / reading a request head */
@@ -82,6 +86,7 @@ struct conn {
     size_t lingered;
 
     int64_t last_io;
+    int64_t read_deadline; /* the request being read must be complete by then; 0 = none */
     struct reactor_deferred run;
 };
 
@@ -421,8 +426,25 @@ static void rbuf_consume(struct conn *c, size_t n)
     c->rlen -= n;
 }
 
+/* n bytes of the request being read arrived: the first ones open a window of
+ * idle_timeout_s, each later byte extends it by 1/NATIVE_MIN_RATE s (never beyond a full
+ * window from now), so only a client slower than NATIVE_MIN_RATE runs out of time. */
+static void read_progress(struct conn *c, size_t n)
+{
+    int64_t now = reactor_now(c->n->h->r);
+    int64_t window = (int64_t)c->n->h->idle_timeout_s * 1000;
+    if (!c->read_deadline) {
+        c->read_deadline = now + window;
+        return;
+    }
+    c->read_deadline += (int64_t)MOTOR_MIN(n, (size_t)1 << 30) * 1000 / NATIVE_MIN_RATE;
+    if (c->read_deadline > now + window)
+        c->read_deadline = now + window;
+}
+
 static void start_app(struct conn *c)
 {
+    c->read_deadline = 0; /* the request is read; the handler takes its own time */
     c->state = C_APP;
     httpd_req_dispatch(c->req);
 }
@@ -524,6 +546,8 @@ enum step { STEP_AGAIN, STEP_WAIT, STEP_CLOSED };
 
 static enum step step_head(struct conn *c)
 {
+    if (c->rlen > 0 && !c->read_deadline)
+        read_progress(c, c->rlen); /* a pipelined head: its time starts now */
     if (c->rlen > 0) {
         struct httpd_head hd;
         int rc = httpd_parse_head(c->rbuf, c->rlen, &hd);
@@ -550,6 +574,7 @@ static enum step step_head(struct conn *c)
     ssize_t r = conn_recv(c, c->rbuf + c->rlen, HTTPD_HEAD_MAX - c->rlen);
     if (r > 0) {
         c->rlen += (size_t)r;
+        read_progress(c, (size_t)r);
         return STEP_AGAIN;
     }
     if (r < 0) {
@@ -621,6 +646,7 @@ static enum step step_chunked(struct conn *c)
         ssize_t r = conn_recv(c, c->rbuf + c->rlen, HTTPD_HEAD_MAX - c->rlen);
         if (r > 0) {
             c->rlen += (size_t)r;
+            read_progress(c, (size_t)r);
             continue;
         }
         if (r < 0) {
@@ -662,6 +688,7 @@ static enum step step_body(struct conn *c)
             r = conn_recv(c, c->rbuf, HTTPD_HEAD_MAX);
             if (r > 0) {
                 c->rlen = (size_t)r;
+                read_progress(c, (size_t)r);
                 continue;
             }
         } else {
@@ -670,6 +697,7 @@ static enum step step_body(struct conn *c)
             if (r > 0) {
                 req->body_len += (size_t)r;
                 c->body_left -= (size_t)r;
+                read_progress(c, (size_t)r);
                 continue;
             }
         }
@@ -818,7 +846,11 @@ static void on_sweep(struct reactor *r, void *arg)
         next = c->next;
         int64_t quiet = now - c->last_io;
         bool waiting_app = c->state == C_APP && out_pending(c) == 0;
-        if (c->state == C_LINGER ? quiet > NATIVE_LINGER_MS : !waiting_app && quiet > idle)
+        bool reading = (c->state == C_HEAD && c->rlen > 0) || c->state == C_BODY ||
+                       c->state == C_DISCARD;
+        bool too_slow = reading && c->read_deadline && now > c->read_deadline;
+        if (c->state == C_LINGER ? quiet > NATIVE_LINGER_MS
+                                 : too_slow || (!waiting_app && quiet > idle))
             conn_close(c, c->state == C_LINGER || !c->req);
     }
 }

@@ -559,6 +559,64 @@ static void test_stale_watch_on_accepted_fd(void **state)
     srv_stop(&s);
 }
 
+/* Feed `prefix`, then one more byte every 100 ms, as a slowloris client does, until the
+ * server closes the connection or max_ms pass. Returns the ms until the close, or -1. */
+static int64_t trickle_until_closed(struct srv *s, const char *prefix, int64_t max_ms)
+{
+    int fd = cli_connect(s);
+    cli_sends(s, fd, prefix);
+    int64_t t0 = mono_ms(), next = t0;
+    int64_t closed_after = -1;
+    while (mono_ms() - t0 < max_ms) {
+        reactor_run_once(s->r, 10);
+        char buf[4096];
+        ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+            closed_after = mono_ms() - t0;
+            break;
+        }
+        if (mono_ms() >= next) {
+            next += 100;
+            if (send(fd, "a", 1, MSG_NOSIGNAL) < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+                closed_after = mono_ms() - t0;
+                break;
+            }
+        }
+    }
+    close(fd);
+    return closed_after;
+}
+
+/* Each byte resets the idle timer, so before the request-read deadline a client that
+ * sent its head (or body) one byte at a time held a connection slot forever. */
+static void test_slow_request_is_closed(void **state)
+{
+    struct srv s;
+    struct httpd_config cfg = {.name = "t-slowloris", .idle_timeout_s = 1};
+    srv_start(&s, &cfg);
+    int64_t head = trickle_until_closed(&s, "GET /ok HTTP/1.1\r\nX-Slow: ", 6000);
+    assert_true(head >= 0);
+    assert_true(head < 4000);
+    int64_t body = trickle_until_closed(
+        &s, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n", 6000);
+    assert_true(body >= 0);
+    assert_true(body < 4000);
+    int64_t chunked = trickle_until_closed(
+        &s, "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nfff\r\n", 6000);
+    assert_true(chunked >= 0);
+    assert_true(chunked < 4000);
+    assert_int_equal(s.handled, 0);
+    /* a client that sends at a normal pace is not affected */
+    int fd = cli_connect(&s);
+    struct strbuf in;
+    strbuf_init(&in, 1 << 20);
+    cli_sends(&s, fd, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello");
+    cli_read_until(&s, fd, &in, "\r\n\r\nhello", 1, NULL);
+    strbuf_release(&in);
+    close(fd);
+    srv_stop(&s);
+}
+
 static void h_big_header(struct httpd_req *req, void *arg)
 {
     /* "X-B: " + value fills the 64 KiB header buffer but for its CRLF */
@@ -748,6 +806,7 @@ int main(void)
         cmocka_unit_test(test_idle_timeout_and_max_connections),
         cmocka_unit_test(test_stale_watch_on_accepted_fd),
         cmocka_unit_test(test_plain_server_loads_no_tls),
+        cmocka_unit_test(test_slow_request_is_closed),
         cmocka_unit_test(test_oversized_response_header_dropped_whole),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
