@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #define NATIVE_ACCEPT_BATCH 64         /* accepts per listener event (fairness) */
+#define NATIVE_ACCEPT_PAUSE_MS 250     /* listener off after running out of fds */
 #define NATIVE_SWEEP_MS 1000           /* idle-timeout sweep period */
 #define NATIVE_LINGER_MS 2000          /* draining a closing connection at most this long */
 #define NATIVE_LINGER_BYTES (256u << 10)
@@ -97,6 +98,8 @@ struct native {
     size_t nconns;
     struct reactor_timer sweep;
     struct reactor_deferred accept_more;
+    struct reactor_timer rearm; /* turns the listener back on after a pause */
+    bool paused;
 };
 
 static void conn_run(struct conn *c);
@@ -181,6 +184,19 @@ static void accept_batch(struct native *n)
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED)
                 continue;
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                /* The connection stays queued, so the level-triggered listener would
+                 * report it again at once: the loop would spin (and log) until an fd is
+                 * free. Stop listening for a moment instead. */
+                int e = errno;
+                if (!n->paused && reactor_mod_fd(h->r, n->lfd, 0) == 0) {
+                    n->paused = true;
+                    reactor_timer_start(h->r, &n->rearm, NATIVE_ACCEPT_PAUSE_MS, 0);
+                    log_warn("httpd_accept_paused", LF_STR("server", h->name),
+                             LF_STR("error", strerror(e)));
+                }
+                return;
+            }
             if (errno != EAGAIN && errno != EWOULDBLOCK)
                 log_warn("httpd_accept_failed", LF_STR("server", h->name),
                          LF_STR("error", strerror(errno)));
@@ -237,6 +253,13 @@ static void on_listen(struct reactor *r, int fd, uint32_t events, void *arg)
 static void on_accept_more(struct reactor *r, void *arg)
 {
     accept_batch(arg);
+}
+
+static void on_rearm(struct reactor *r, void *arg)
+{
+    struct native *n = arg;
+    n->paused = false;
+    (void)reactor_mod_fd(r, n->lfd, EPOLLIN);
 }
 
 /* ---- output --------------------------------------------------------------------------------- */
@@ -872,6 +895,7 @@ static void native_shutdown(struct httpd *h)
     close_listener(n);
     reactor_defer_cancel(h->r, &n->accept_more);
     reactor_timer_stop(h->r, &n->sweep);
+    reactor_timer_stop(h->r, &n->rearm);
     /* Answer what is pending, end streams, close idle and half-read connections. */
     struct conn *next;
     for (struct conn *c = n->conns; c; c = next) {
@@ -967,6 +991,7 @@ int httpd_native_start(struct httpd *h, const struct sockaddr *sa, socklen_t sal
     n->h = h;
     n->lfd = fd;
     reactor_deferred_init(&n->accept_more, on_accept_more, n);
+    reactor_timer_init(&n->rearm, on_rearm, n);
     int rc = reactor_add_fd(h->r, fd, EPOLLIN, on_listen, n);
     if (rc != 0) {
         close(fd);

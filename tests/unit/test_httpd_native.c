@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -652,6 +653,56 @@ static void test_oversized_response_header_dropped_whole(void **state)
     srv_stop(&s);
 }
 
+/* Out of file descriptors, accept4 fails with EMFILE and leaves the connection queued, so
+ * the level-triggered listener fired again at once: the loop spun at full CPU (logging
+ * each turn) until an fd came free. The listener must pause instead, and serve the
+ * queued clients once descriptors are back. */
+static void test_accept_emfile_does_not_spin(void **state)
+{
+    struct srv s;
+    struct httpd_config cfg = {.name = "t-emfile"};
+    srv_start(&s, &cfg);
+    int cl[3];
+    for (int i = 0; i < 3; i++) {
+        cl[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        assert_true(cl[i] >= 0);
+    }
+    int probe = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0); /* the lowest free number */
+    assert_true(probe >= 0);
+    close(probe);
+    struct rlimit old;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+    struct rlimit low = {.rlim_cur = (rlim_t)probe, .rlim_max = old.rlim_max};
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons(httpd_port(s.h)),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    for (int i = 0; i < 3; i++) {
+        int rc = connect(cl[i], (struct sockaddr *)&sa, sizeof(sa));
+        assert_true(rc == 0 || errno == EINPROGRESS);
+    }
+    int turns = 0;
+    int64_t t0 = mono_ms();
+    while (mono_ms() - t0 < 400) {
+        reactor_run_once(s.r, 50);
+        turns++;
+    }
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+    if (turns > 100)
+        fail_msg("the loop spun: %d turns in 400 ms", turns);
+    /* descriptors are back: the queued clients are served */
+    struct strbuf in;
+    strbuf_init(&in, 1 << 20);
+    for (int i = 0; i < 3; i++) {
+        strbuf_reset(&in);
+        cli_sends(&s, cl[i], "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n");
+        cli_read_until(&s, cl[i], &in, "\r\n\r\nok", 1, NULL);
+        close(cl[i]);
+    }
+    strbuf_release(&in);
+    srv_stop(&s);
+}
+
 /* A process without TLS listeners must never map libmicrohttpd / GnuTLS. */
 static bool mapped(const char *lib)
 {
@@ -808,6 +859,7 @@ int main(void)
         cmocka_unit_test(test_plain_server_loads_no_tls),
         cmocka_unit_test(test_slow_request_is_closed),
         cmocka_unit_test(test_oversized_response_header_dropped_whole),
+        cmocka_unit_test(test_accept_emfile_does_not_spin),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
