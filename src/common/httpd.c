@@ -624,10 +624,17 @@ void httpd_add_header(struct httpd_req *req, const char *name, const char *value
             req->resp_close = true;
         return;
     }
-    strbuf_puts(&req->rhdrs, name);
-    strbuf_puts(&req->rhdrs, ": ");
-    strbuf_puts(&req->rhdrs, value);
-    strbuf_puts(&req->rhdrs, "\r\n");
+    /* The whole line or nothing: a line cut before its CRLF would run into the framing
+     * header the transport appends after these (the answer would lose its length). */
+    size_t nl = strlen(name), vl = strlen(value);
+    if (nl + vl + 4 > req->rhdrs.max - req->rhdrs.len) {
+        log_warn("httpd_headers_too_large", LF_STR("server", req->h->name), LF_STR("name", name));
+        return;
+    }
+    strbuf_append(&req->rhdrs, name, nl);
+    strbuf_append(&req->rhdrs, ": ", 2);
+    strbuf_append(&req->rhdrs, value, vl);
+    strbuf_append(&req->rhdrs, "\r\n", 2);
 }
 
 static bool can_answer(struct httpd_req *req, const char *what)
@@ -644,7 +651,8 @@ static bool can_answer(struct httpd_req *req, const char *what)
 /* Content-Type goes in front of the handler's headers (as MHD sent it). */
 static void set_content_type(struct httpd_req *req, const char *ctype)
 {
-    if (!ctype || !header_text_ok(ctype))
+    /* 400: the line then fits whole in either buffer below (512 bytes of slack) */
+    if (!ctype || !header_text_ok(ctype) || strlen(ctype) > 400)
         return;
     if (req->rhdrs.len == 0) { /* the usual case: no copy */
         strbuf_puts(&req->rhdrs, "Content-Type: ");

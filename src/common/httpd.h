@@ -25,9 +25,10 @@
  * Errors are JSON. httpd_respond_error() produces upstream's FastAPI shape
  * {"detail": "..."}; callers with other shapes build the JSON themselves. Answers made
  * by the server itself: 404 {"detail":"Not Found"}, 405 {"detail":"Method Not
- * Allowed"} (with Allow), 413 {"detail":"request body too large"} (an announced
- * Content-Length above the cap is refused before the body is read), 401/403 for API
- * keys, 503 {"detail":"server shutting down"} for requests pending at httpd_free().
+ * Allowed"} (with Allow), 413 {"detail":"request body too large"} (a body above the
+ * cap is never stored: it is refused unread when the client awaits 100 Continue or the
+ * excess is above 16 MiB, else read and dropped so the client sees the 413), 401/403
+ * for API keys, 503 {"detail":"server shutting down"} for requests pending at httpd_free().
  * Each finished request is logged at debug level ("http_request": method, path,
  * status, duration_ms), except quiet_paths.
  *
@@ -53,7 +54,9 @@ struct httpd_config {
     const char *host;          /* bind address: "127.0.0.1", "0.0.0.0", "::"; NULL = 127.0.0.1 */
     uint16_t port;             /* 0 = ephemeral; read it back with httpd_port() */
     size_t max_body;           /* request body cap in bytes; 0 = 1 MiB */
-    unsigned idle_timeout_s;   /* idle keep-alive connections closed after; 0 = 60 */
+    unsigned idle_timeout_s;   /* idle keep-alive connections closed after; 0 = 60. Also the
+                                * time a client has to send a request (head and body) before
+                                * it must keep up 500 B/s on average (plain listeners) */
     unsigned max_connections;  /* 0 = 1024 */
     bool reuse_port;           /* SO_REUSEPORT: several servers (threads) on one port */
     /* TLS: enabled when cert_file and key_file are set (PEM). ca_file (optional) makes

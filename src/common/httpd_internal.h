@@ -117,8 +117,9 @@ struct httpd_chunked {
  * the input, so in place is safe); *consumed says how much input was used. Returns 1
  * when the terminating chunk and trailers are complete (input after *consumed belongs to
  * the next request), 0 when all input was used and more is needed, -EINVAL when
- * malformed (bad size line, size above 2^60, missing CRLF after data, an extension or
- * trailer line above 4 KiB, trailers above 8 KiB). The caller caps the total size. */
+ * malformed (bad size line, more than 16 size digits, size above 2^60, missing CRLF
+ * after data, a line ended by anything but CRLF, an extension or trailer line above
+ * 4 KiB, trailers above 8 KiB). The caller caps the total size. */
 int httpd_chunked_decode(struct httpd_chunked *c, char *buf, size_t len, size_t *consumed,
                          size_t *out_len);
 

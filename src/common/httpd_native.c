@@ -34,11 +34,16 @@
 #include <unistd.h>
 
 #define NATIVE_ACCEPT_BATCH 64         /* accepts per listener event (fairness) */
+#define NATIVE_ACCEPT_PAUSE_MS 250     /* listener off after running out of fds */
 #define NATIVE_SWEEP_MS 1000           /* idle-timeout sweep period */
 #define NATIVE_LINGER_MS 2000          /* draining a closing connection at most this long */
 #define NATIVE_LINGER_BYTES (256u << 10)
 #define NATIVE_OUT_KEEP (64u << 10)    /* larger output buffers are freed when drained */
 #define NATIVE_OUT_MAX (3 * HTTPD_STREAM_MAX)
+/* Reading a request: after the first idle_timeout_s, head and body must keep arriving at
+ * this average rate. The idle timer alone is reset by every byte, so a client sending
+ * one byte a minute (slowloris) held a connection slot forever. */
+#define NATIVE_MIN_RATE 500 /* bytes per second */
 
 enum conn_state {
     C_HEAD,    /* waiting for / reading a request head */
@@ -82,6 +87,7 @@ struct conn {
     size_t lingered;
 
     int64_t last_io;
+    int64_t read_deadline; /* the request being read must be complete by then; 0 = none */
     struct reactor_deferred run;
 };
 
@@ -92,6 +98,8 @@ struct native {
     size_t nconns;
     struct reactor_timer sweep;
     struct reactor_deferred accept_more;
+    struct reactor_timer rearm; /* turns the listener back on after a pause */
+    bool paused;
 };
 
 static void conn_run(struct conn *c);
@@ -176,6 +184,19 @@ static void accept_batch(struct native *n)
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED)
                 continue;
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                /* The connection stays queued, so the level-triggered listener would
+                 * report it again at once: the loop would spin (and log) until an fd is
+                 * free. Stop listening for a moment instead. */
+                int e = errno;
+                if (!n->paused && reactor_mod_fd(h->r, n->lfd, 0) == 0) {
+                    n->paused = true;
+                    reactor_timer_start(h->r, &n->rearm, NATIVE_ACCEPT_PAUSE_MS, 0);
+                    log_warn("httpd_accept_paused", LF_STR("server", h->name),
+                             LF_STR("error", strerror(e)));
+                }
+                return;
+            }
             if (errno != EAGAIN && errno != EWOULDBLOCK)
                 log_warn("httpd_accept_failed", LF_STR("server", h->name),
                          LF_STR("error", strerror(errno)));
@@ -232,6 +253,13 @@ static void on_listen(struct reactor *r, int fd, uint32_t events, void *arg)
 static void on_accept_more(struct reactor *r, void *arg)
 {
     accept_batch(arg);
+}
+
+static void on_rearm(struct reactor *r, void *arg)
+{
+    struct native *n = arg;
+    n->paused = false;
+    (void)reactor_mod_fd(r, n->lfd, EPOLLIN);
 }
 
 /* ---- output --------------------------------------------------------------------------------- */
@@ -421,8 +449,25 @@ static void rbuf_consume(struct conn *c, size_t n)
     c->rlen -= n;
 }
 
+/* n bytes of the request being read arrived: the first ones open a window of
+ * idle_timeout_s, each later byte extends it by 1/NATIVE_MIN_RATE s (never beyond a full
+ * window from now), so only a client slower than NATIVE_MIN_RATE runs out of time. */
+static void read_progress(struct conn *c, size_t n)
+{
+    int64_t now = reactor_now(c->n->h->r);
+    int64_t window = (int64_t)c->n->h->idle_timeout_s * 1000;
+    if (!c->read_deadline) {
+        c->read_deadline = now + window;
+        return;
+    }
+    c->read_deadline += (int64_t)MOTOR_MIN(n, (size_t)1 << 30) * 1000 / NATIVE_MIN_RATE;
+    if (c->read_deadline > now + window)
+        c->read_deadline = now + window;
+}
+
 static void start_app(struct conn *c)
 {
+    c->read_deadline = 0; /* the request is read; the handler takes its own time */
     c->state = C_APP;
     httpd_req_dispatch(c->req);
 }
@@ -524,6 +569,8 @@ enum step { STEP_AGAIN, STEP_WAIT, STEP_CLOSED };
 
 static enum step step_head(struct conn *c)
 {
+    if (c->rlen > 0 && !c->read_deadline)
+        read_progress(c, c->rlen); /* a pipelined head: its time starts now */
     if (c->rlen > 0) {
         struct httpd_head hd;
         int rc = httpd_parse_head(c->rbuf, c->rlen, &hd);
@@ -550,6 +597,7 @@ static enum step step_head(struct conn *c)
     ssize_t r = conn_recv(c, c->rbuf + c->rlen, HTTPD_HEAD_MAX - c->rlen);
     if (r > 0) {
         c->rlen += (size_t)r;
+        read_progress(c, (size_t)r);
         return STEP_AGAIN;
     }
     if (r < 0) {
@@ -621,6 +669,7 @@ static enum step step_chunked(struct conn *c)
         ssize_t r = conn_recv(c, c->rbuf + c->rlen, HTTPD_HEAD_MAX - c->rlen);
         if (r > 0) {
             c->rlen += (size_t)r;
+            read_progress(c, (size_t)r);
             continue;
         }
         if (r < 0) {
@@ -662,6 +711,7 @@ static enum step step_body(struct conn *c)
             r = conn_recv(c, c->rbuf, HTTPD_HEAD_MAX);
             if (r > 0) {
                 c->rlen = (size_t)r;
+                read_progress(c, (size_t)r);
                 continue;
             }
         } else {
@@ -670,6 +720,7 @@ static enum step step_body(struct conn *c)
             if (r > 0) {
                 req->body_len += (size_t)r;
                 c->body_left -= (size_t)r;
+                read_progress(c, (size_t)r);
                 continue;
             }
         }
@@ -818,7 +869,11 @@ static void on_sweep(struct reactor *r, void *arg)
         next = c->next;
         int64_t quiet = now - c->last_io;
         bool waiting_app = c->state == C_APP && out_pending(c) == 0;
-        if (c->state == C_LINGER ? quiet > NATIVE_LINGER_MS : !waiting_app && quiet > idle)
+        bool reading = (c->state == C_HEAD && c->rlen > 0) || c->state == C_BODY ||
+                       c->state == C_DISCARD;
+        bool too_slow = reading && c->read_deadline && now > c->read_deadline;
+        if (c->state == C_LINGER ? quiet > NATIVE_LINGER_MS
+                                 : too_slow || (!waiting_app && quiet > idle))
             conn_close(c, c->state == C_LINGER || !c->req);
     }
 }
@@ -840,6 +895,7 @@ static void native_shutdown(struct httpd *h)
     close_listener(n);
     reactor_defer_cancel(h->r, &n->accept_more);
     reactor_timer_stop(h->r, &n->sweep);
+    reactor_timer_stop(h->r, &n->rearm);
     /* Answer what is pending, end streams, close idle and half-read connections. */
     struct conn *next;
     for (struct conn *c = n->conns; c; c = next) {
@@ -935,6 +991,7 @@ int httpd_native_start(struct httpd *h, const struct sockaddr *sa, socklen_t sal
     n->h = h;
     n->lfd = fd;
     reactor_deferred_init(&n->accept_more, on_accept_more, n);
+    reactor_timer_init(&n->rearm, on_rearm, n);
     int rc = reactor_add_fd(h->r, fd, EPOLLIN, on_listen, n);
     if (rc != 0) {
         close(fd);

@@ -3,8 +3,10 @@
  *
  * Strict where ambiguity could desynchronise a proxy (request smuggling): both
  * Content-Length and Transfer-Encoding, conflicting Content-Lengths, obsolete line
- * folding, white space before a colon and a Transfer-Encoding other than "chunked" are
- * refused rather than guessed at. */
+ * folding, white space before a colon, a Transfer-Encoding other than "chunked" and,
+ * inside a chunked body, any line end but CRLF are refused rather than guessed at.
+ * (A bare LF still ends a head line, as RFC 9112 allows; chunk framing has no such
+ * allowance, and proxies disagree about it there.) */
 #include "common/httpd_internal.h"
 
 #include <errno.h>
@@ -245,6 +247,7 @@ enum {
     CH_DATA_LF,
     CH_TRAILER,
     CH_TRAILER_LINE,
+    CH_TRAILER_LF,
     CH_END_LF,
     CH_DONE,
 };
@@ -252,6 +255,7 @@ enum {
 #define CH_LINE_MAX 4096
 #define CH_TRAILERS_MAX 8192
 #define CH_SIZE_MAX ((uint64_t)1 << 60)
+#define CH_DIGITS_MAX 16 /* leading zeros included: an endless "000..." is not a size */
 
 static void size_line_done(struct httpd_chunked *c)
 {
@@ -270,7 +274,7 @@ int httpd_chunked_decode(struct httpd_chunked *c, char *buf, size_t len, size_t 
         case CH_SIZE: {
             int v = hexval(ch);
             if (v >= 0) {
-                if (c->left >= CH_SIZE_MAX / 16)
+                if (c->left >= CH_SIZE_MAX / 16 || c->digits >= CH_DIGITS_MAX)
                     rc = -EINVAL;
                 c->left = c->left * 16 + (uint64_t)v;
                 c->digits++;
@@ -280,10 +284,8 @@ int httpd_chunked_decode(struct httpd_chunked *c, char *buf, size_t len, size_t 
                 c->state = CH_EXT;
             } else if (ch == '\r') {
                 c->state = CH_SIZE_LF;
-            } else if (ch == '\n') {
-                size_line_done(c);
             } else {
-                rc = -EINVAL;
+                rc = -EINVAL; /* a bare LF included: chunk lines end in CRLF */
             }
             i++;
             break;
@@ -291,10 +293,8 @@ int httpd_chunked_decode(struct httpd_chunked *c, char *buf, size_t len, size_t 
         case CH_EXT:
             if (ch == '\r')
                 c->state = CH_SIZE_LF;
-            else if (ch == '\n')
-                size_line_done(c);
             else if (((unsigned char)ch < 0x20 && ch != '\t') || ++c->line > CH_LINE_MAX)
-                rc = -EINVAL;
+                rc = -EINVAL; /* a bare LF included */
             i++;
             break;
         case CH_SIZE_LF:
@@ -320,8 +320,6 @@ int httpd_chunked_decode(struct httpd_chunked *c, char *buf, size_t len, size_t 
         case CH_DATA_CR:
             if (ch == '\r')
                 c->state = CH_DATA_LF;
-            else if (ch == '\n')
-                c->state = CH_SIZE, c->digits = 0;
             else
                 rc = -EINVAL;
             i++;
@@ -337,8 +335,7 @@ int httpd_chunked_decode(struct httpd_chunked *c, char *buf, size_t len, size_t 
             if (ch == '\r') {
                 c->state = CH_END_LF;
             } else if (ch == '\n') {
-                c->state = CH_DONE;
-                rc = 1;
+                rc = -EINVAL;
             } else {
                 c->state = CH_TRAILER_LINE;
                 c->line = 1;
@@ -349,9 +346,17 @@ int httpd_chunked_decode(struct httpd_chunked *c, char *buf, size_t len, size_t 
             break;
         case CH_TRAILER_LINE:
             if (ch == '\n')
-                c->state = CH_TRAILER;
+                rc = -EINVAL;
             else if (++c->line > CH_LINE_MAX || ++c->trailers > CH_TRAILERS_MAX)
                 rc = -EINVAL;
+            else if (ch == '\r')
+                c->state = CH_TRAILER_LF;
+            i++;
+            break;
+        case CH_TRAILER_LF:
+            if (ch != '\n')
+                rc = -EINVAL;
+            c->state = CH_TRAILER;
             i++;
             break;
         case CH_END_LF:

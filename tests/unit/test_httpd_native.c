@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -559,6 +560,149 @@ static void test_stale_watch_on_accepted_fd(void **state)
     srv_stop(&s);
 }
 
+/* Feed `prefix`, then one more byte every 100 ms, as a slowloris client does, until the
+ * server closes the connection or max_ms pass. Returns the ms until the close, or -1. */
+static int64_t trickle_until_closed(struct srv *s, const char *prefix, int64_t max_ms)
+{
+    int fd = cli_connect(s);
+    cli_sends(s, fd, prefix);
+    int64_t t0 = mono_ms(), next = t0;
+    int64_t closed_after = -1;
+    while (mono_ms() - t0 < max_ms) {
+        reactor_run_once(s->r, 10);
+        char buf[4096];
+        ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+            closed_after = mono_ms() - t0;
+            break;
+        }
+        if (mono_ms() >= next) {
+            next += 100;
+            if (send(fd, "a", 1, MSG_NOSIGNAL) < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+                closed_after = mono_ms() - t0;
+                break;
+            }
+        }
+    }
+    close(fd);
+    return closed_after;
+}
+
+/* Each byte resets the idle timer, so before the request-read deadline a client that
+ * sent its head (or body) one byte at a time held a connection slot forever. */
+static void test_slow_request_is_closed(void **state)
+{
+    struct srv s;
+    struct httpd_config cfg = {.name = "t-slowloris", .idle_timeout_s = 1};
+    srv_start(&s, &cfg);
+    int64_t head = trickle_until_closed(&s, "GET /ok HTTP/1.1\r\nX-Slow: ", 6000);
+    assert_true(head >= 0);
+    assert_true(head < 4000);
+    int64_t body = trickle_until_closed(
+        &s, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n", 6000);
+    assert_true(body >= 0);
+    assert_true(body < 4000);
+    int64_t chunked = trickle_until_closed(
+        &s, "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nfff\r\n", 6000);
+    assert_true(chunked >= 0);
+    assert_true(chunked < 4000);
+    assert_int_equal(s.handled, 0);
+    /* a client that sends at a normal pace is not affected */
+    int fd = cli_connect(&s);
+    struct strbuf in;
+    strbuf_init(&in, 1 << 20);
+    cli_sends(&s, fd, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello");
+    cli_read_until(&s, fd, &in, "\r\n\r\nhello", 1, NULL);
+    strbuf_release(&in);
+    close(fd);
+    srv_stop(&s);
+}
+
+static void h_big_header(struct httpd_req *req, void *arg)
+{
+    /* "X-B: " + value fills the 64 KiB header buffer but for its CRLF */
+    size_t vlen = 64 * 1024 - 5 - 1;
+    char *v = xmalloc(vlen + 1);
+    memset(v, 'v', vlen);
+    v[vlen] = '\0';
+    httpd_add_header(req, "X-B", v);
+    free(v);
+    httpd_add_header(req, "X-After", "1");
+    httpd_respond(req, 200, "text/plain", "ok", 2);
+}
+
+/* A header that does not fit must be dropped whole: a header line left without its CRLF
+ * swallowed the Content-Length line that follows it (the answer lost its framing). */
+static void test_oversized_response_header_dropped_whole(void **state)
+{
+    struct srv s;
+    struct httpd_config cfg = {.name = "t-bighdr"};
+    srv_start(&s, &cfg);
+    httpd_route(s.h, "GET", "/bighdr", h_big_header, &s, 0);
+    int fd = cli_connect(&s);
+    struct strbuf in;
+    strbuf_init(&in, 1 << 20);
+    cli_sends(&s, fd, "GET /bighdr HTTP/1.1\r\nHost: x\r\n\r\n");
+    cli_read_until(&s, fd, &in, "\r\n\r\nok", 1, NULL);
+    const char *t = strbuf_str(&in);
+    assert_non_null(strstr(t, "\r\nContent-Length: 2\r\n"));
+    assert_non_null(strstr(t, "\r\nX-After: 1\r\n"));
+    assert_null(strstr(t, "vvvvContent-Length"));
+    strbuf_release(&in);
+    close(fd);
+    srv_stop(&s);
+}
+
+/* Out of file descriptors, accept4 fails with EMFILE and leaves the connection queued, so
+ * the level-triggered listener fired again at once: the loop spun at full CPU (logging
+ * each turn) until an fd came free. The listener must pause instead, and serve the
+ * queued clients once descriptors are back. */
+static void test_accept_emfile_does_not_spin(void **state)
+{
+    struct srv s;
+    struct httpd_config cfg = {.name = "t-emfile"};
+    srv_start(&s, &cfg);
+    int cl[3];
+    for (int i = 0; i < 3; i++) {
+        cl[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        assert_true(cl[i] >= 0);
+    }
+    int probe = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0); /* the lowest free number */
+    assert_true(probe >= 0);
+    close(probe);
+    struct rlimit old;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+    struct rlimit low = {.rlim_cur = (rlim_t)probe, .rlim_max = old.rlim_max};
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons(httpd_port(s.h)),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    for (int i = 0; i < 3; i++) {
+        int rc = connect(cl[i], (struct sockaddr *)&sa, sizeof(sa));
+        assert_true(rc == 0 || errno == EINPROGRESS);
+    }
+    int turns = 0;
+    int64_t t0 = mono_ms();
+    while (mono_ms() - t0 < 400) {
+        reactor_run_once(s.r, 50);
+        turns++;
+    }
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+    if (turns > 100)
+        fail_msg("the loop spun: %d turns in 400 ms", turns);
+    /* descriptors are back: the queued clients are served */
+    struct strbuf in;
+    strbuf_init(&in, 1 << 20);
+    for (int i = 0; i < 3; i++) {
+        strbuf_reset(&in);
+        cli_sends(&s, cl[i], "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n");
+        cli_read_until(&s, cl[i], &in, "\r\n\r\nok", 1, NULL);
+        close(cl[i]);
+    }
+    strbuf_release(&in);
+    srv_stop(&s);
+}
+
 /* A process without TLS listeners must never map libmicrohttpd / GnuTLS. */
 static bool mapped(const char *lib)
 {
@@ -661,12 +805,48 @@ static void test_chunked_decoder(void **state)
     }
 }
 
+/* Chunk framing is CRLF only: a bare LF where a size line, a chunk's data, a trailer
+ * or the final blank line ends is refused, as are absurd runs of leading zeros. A
+ * front proxy that does not take LF alone as a line end would frame such a body
+ * differently from us (request smuggling). */
+static void test_chunked_decoder_strict(void **state)
+{
+    static const char *const bad[] = {
+        "5\nhello\r\n0\r\n\r\n",          /* size line ended by LF */
+        "5;a=b\nhello\r\n0\r\n\r\n",      /* extension ended by LF */
+        "5\r\nhello\n0\r\n\r\n",          /* data ended by LF */
+        "5\r\nhello\r\n0\n\r\n",          /* last-chunk line ended by LF */
+        "5\r\nhello\r\n0\r\n\n",          /* final blank line is LF */
+        "5\r\nhello\r\n0\r\nT: v\n\r\n",  /* trailer line ended by LF */
+        "5\r\nhello\r\n0\r\nT: v\rx\r\n\r\n", /* bare CR inside a trailer */
+        "00000000000000000005\r\nhello\r\n0\r\n\r\n", /* 20 digits */
+    };
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        char buf[64];
+        size_t bl = strlen(bad[i]), used = 0, o = 0;
+        memcpy(buf, bad[i], bl);
+        struct httpd_chunked c = {0};
+        if (httpd_chunked_decode(&c, buf, bl, &used, &o) != -EINVAL)
+            fail_msg("accepted: case %zu", i);
+    }
+    const char *good = "0005;a=b\r\nhello\r\n0\r\nT: v\r\n\r\n";
+    char buf[64];
+    size_t gl = strlen(good), used = 0, o = 0;
+    memcpy(buf, good, gl);
+    struct httpd_chunked c = {0};
+    assert_int_equal(httpd_chunked_decode(&c, buf, gl, &used, &o), 1);
+    assert_int_equal(used, gl);
+    assert_int_equal(o, 5);
+    assert_memory_equal(buf, "hello", 5);
+}
+
 int main(void)
 {
     log_set_level(LOG_ERROR);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_head),
         cmocka_unit_test(test_chunked_decoder),
+        cmocka_unit_test(test_chunked_decoder_strict),
         cmocka_unit_test(test_pipelined_requests),
         cmocka_unit_test(test_chunked_request_body),
         cmocka_unit_test(test_expect_continue),
@@ -677,6 +857,9 @@ int main(void)
         cmocka_unit_test(test_idle_timeout_and_max_connections),
         cmocka_unit_test(test_stale_watch_on_accepted_fd),
         cmocka_unit_test(test_plain_server_loads_no_tls),
+        cmocka_unit_test(test_slow_request_is_closed),
+        cmocka_unit_test(test_oversized_response_header_dropped_whole),
+        cmocka_unit_test(test_accept_emfile_does_not_spin),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
