@@ -59,7 +59,9 @@ struct httpc_opts {
     const char *body;          /* copied; may be NULL */
     size_t body_len;           /* 0 with body set = strlen(body) */
     const char *content_type;  /* default "application/json" when body is set */
-    const char *const *headers;/* NULL-terminated "Name: value" strings, may be NULL */
+    const char *const *headers;/* NULL-terminated "Name: value" strings, may be NULL; "Name:"
+                                  (no value) suppresses a default header; Content-Length and
+                                  Transfer-Encoding are computed, never taken from here */
     int64_t timeout_ms;        /* whole request; 0 = 30 s */
     int64_t connect_timeout_ms;/* 0 = min(timeout, 5 s) */
     size_t max_response;       /* accumulated body cap; 0 = 16 MiB */

@@ -798,8 +798,13 @@ static int configure(struct httpc_req *q, const struct httpc_opts *o)
     } else if (strcasecmp(method, "GET") != 0) {
         SETOPT(e, CURLOPT_CUSTOMREQUEST, method);
     }
-    for (const char *const *h = o->headers; h && *h; h++)
+    for (const char *const *h = o->headers; h && *h; h++) {
+        /* As the native client: the framing is curl's, a caller's copy is dropped. */
+        if (strncasecmp(*h, "Content-Length:", 15) == 0 ||
+            strncasecmp(*h, "Transfer-Encoding:", 18) == 0)
+            continue;
         q->headers = slist_add(q->headers, *h);
+    }
     if (q->headers)
         SETOPT(e, CURLOPT_HTTPHEADER, q->headers);
 

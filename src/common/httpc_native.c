@@ -888,7 +888,9 @@ static void build(struct outbuf *o, const char *method, const struct httpc_url *
     if (!user_accept)
         puts_(o, "Accept: */*\r\n");
     for (const char *const *h = opts->headers; h && *h; h++) {
-        if (header_empty(*h))
+        /* The framing is computed here; a caller's copy would contradict it. */
+        if (header_empty(*h) || header_named(*h, "Content-Length") ||
+            header_named(*h, "Transfer-Encoding"))
             continue;
         puts_(o, *h);
         puts_(o, "\r\n");

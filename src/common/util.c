@@ -2,6 +2,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <sys/resource.h>
 #include <fcntl.h>
 #include <libgen.h>
 #include <stdatomic.h>
@@ -347,4 +348,18 @@ size_t fmt_hex64(char *buf, uint64_t v)
     for (size_t i = 0; i < n; i++)
         buf[i] = tmp[n - 1 - i];
     return n;
+}
+
+long raise_nofile_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+        return -errno;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rlim_t want = rl.rlim_max;
+        struct rlimit next = {.rlim_cur = want, .rlim_max = rl.rlim_max};
+        if (setrlimit(RLIMIT_NOFILE, &next) == 0)
+            rl.rlim_cur = want;
+    }
+    return rl.rlim_cur == RLIM_INFINITY ? (long)INT32_MAX : (long)rl.rlim_cur;
 }

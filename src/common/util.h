@@ -40,6 +40,11 @@ int parse_int(const char *s, int min, int max, int *out);
  * nan are -EINVAL; overflow like 1e400 is -ERANGE). */
 int parse_double(const char *s, double min, double max, double *out);
 
+/* Raise the soft RLIMIT_NOFILE to the hard limit (a gateway or a controller holds one
+ * descriptor per client, node manager and engine connection; distributions default the
+ * soft limit to 1024). Returns the soft limit now in force, or -errno. */
+long raise_nofile_limit(void);
+
 /* Decimal / lower-case hex digits of v into buf (no NUL), returning how many (1..20).
  * For per-request hot paths where a printf round trip is a visible cost. buf >= 20. */
 size_t fmt_u64(char *buf, uint64_t v);

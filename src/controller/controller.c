@@ -1211,6 +1211,11 @@ int controller_main(int argc, char **argv)
     if (cliopt_log_level("motor controller", a.log_level))
         return 2;
     signal(SIGPIPE, SIG_IGN);
+    long nofile = raise_nofile_limit();
+    if (nofile >= 0 && nofile < 8192)
+        log_warn("open_files_limit_low", LF_INT("limit", nofile),
+                 LF_STR("why", "each client, node manager and engine connection holds one; raise "
+                               "the hard limit (ulimit -Hn, LimitNOFILE=)"));
 
     struct ctl *c = xcalloc(1, sizeof(*c));
     int exit_code = 1;

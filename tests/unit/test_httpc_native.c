@@ -669,7 +669,9 @@ static void test_request_bytes(void **state)
     (void)state;
     struct fx *f = fx_new(h_echo);
     struct res x = {0};
-    const char *hdrs[] = {"X-Key: k1", "Expect:", NULL};
+    /* Framing is ours: a caller's Content-Length / Transfer-Encoding is not sent. */
+    const char *hdrs[] = {"X-Key: k1", "Expect:", "Content-Length: 999",
+                          "transfer-encoding: chunked", NULL};
     struct httpc_opts o = {.method = "PUT", .body = "abc", .headers = hdrs,
                            .content_type = "text/plain"};
     fetch(f, &x, "127.0.0.1", "/v1/x?y=1", &o);
@@ -688,6 +690,8 @@ static void test_request_bytes(void **state)
     assert_non_null(strstr(head, "\r\nContent-Type: text/plain\r\n"));
     assert_non_null(strstr(head, "\r\nContent-Length: 3\r\n"));
     assert_null(strcasestr(head, "Expect"));
+    assert_null(strstr(head, "999"));
+    assert_null(strcasestr(head, "Transfer-Encoding"));
     assert_string_equal(body, "abc");
     /* CR/LF in a header is refused, not sent */
     struct res y = {0};
