@@ -44,6 +44,10 @@
  * this average rate. The idle timer alone is reset by every byte, so a client sending
  * one byte a minute (slowloris) held a connection slot forever. */
 #define NATIVE_MIN_RATE 500 /* bytes per second */
+/* A Content-Length body gets this much memory up front and grows (doubling, never past
+ * the announced length) as bytes arrive: a head announcing max_body costs nothing until
+ * the body is really sent, so heads alone cannot reserve max_connections × max_body. */
+#define NATIVE_BODY_FIRST (64u << 10)
 
 enum conn_state {
     C_HEAD,    /* waiting for / reading a request head */
@@ -556,8 +560,10 @@ static int start_request(struct conn *c, const struct httpd_head *hd, size_t hea
         c->state = C_DISCARD;
         return 0;
     }
-    req->body = xmalloc((size_t)cl + 1);
+    size_t first = (size_t)MOTOR_MIN(cl, (uint64_t)NATIVE_BODY_FIRST);
+    req->body = xmalloc(first + 1);
     req->body[0] = '\0';
+    c->body_cap = first + 1;
     c->body_left = cl;
     c->state = C_BODY;
     if (hd->expect_continue && !c->http10 && c->rlen == 0)
@@ -680,6 +686,23 @@ static enum step step_chunked(struct conn *c)
     }
 }
 
+
+/* Room for `more` body bytes (plus the NUL) in a Content-Length body. */
+static void body_reserve(struct conn *c, struct httpd_req *req, size_t more)
+{
+    size_t need = req->body_len + more + 1;
+    if (need <= c->body_cap)
+        return;
+    size_t total = req->body_len + (size_t)c->body_left + 1; /* the announced length */
+    size_t cap = c->body_cap * 2;
+    if (cap < need)
+        cap = need;
+    if (cap > total)
+        cap = total;
+    req->body = xrealloc(req->body, cap);
+    c->body_cap = cap;
+}
+
 static enum step step_body(struct conn *c)
 {
     if (c->n->h->stopping) { /* a partial upload at shutdown: drop it */
@@ -693,8 +716,10 @@ static enum step step_body(struct conn *c)
     for (;;) {
         if (c->rlen > 0) {
             size_t n = (size_t)MOTOR_MIN((uint64_t)c->rlen, c->body_left);
-            if (!discard)
+            if (!discard) {
+                body_reserve(c, req, n);
                 memcpy(req->body + req->body_len, c->rbuf, n);
+            }
             req->body_len += discard ? 0 : n;
             c->body_left -= n;
             rbuf_consume(c, n);
@@ -716,7 +741,10 @@ static enum step step_body(struct conn *c)
             }
         } else {
             /* straight into the body: no copy through rbuf for big uploads */
-            r = conn_recv(c, req->body + req->body_len, (size_t)c->body_left);
+            if (req->body_len + 1 >= c->body_cap)
+                body_reserve(c, req, (size_t)MOTOR_MIN(c->body_left, (uint64_t)NATIVE_BODY_FIRST));
+            size_t room = c->body_cap - 1 - req->body_len;
+            r = conn_recv(c, req->body + req->body_len, (size_t)MOTOR_MIN((uint64_t)room, c->body_left));
             if (r > 0) {
                 req->body_len += (size_t)r;
                 c->body_left -= (size_t)r;

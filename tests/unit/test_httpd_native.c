@@ -237,6 +237,50 @@ static void test_pipelined_requests(void **state)
     srv_stop(&s);
 }
 
+/* A Content-Length body larger than the first allocation (64 KiB) grows as it arrives
+ * and comes out intact, whether it arrives with the head or in pieces afterwards. */
+static void test_large_body_grows(void **state)
+{
+    (void)state;
+    struct srv s;
+    struct httpd_config cfg = {.name = "t-bigbody", .max_body = 4 << 20};
+    srv_start(&s, &cfg);
+    int fd = cli_connect(&s);
+    size_t n = (3u << 20) + 123;
+    char *body = xmalloc(n);
+    for (size_t i = 0; i < n; i++)
+        body[i] = (char)('a' + (i * 7919) % 26);
+    char head[160];
+    int hl = snprintf(head, sizeof(head),
+                      "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n", n);
+    cli_send(&s, fd, head, (size_t)hl);
+    cli_send(&s, fd, body, 1000); /* a first piece, then the rest */
+    cli_send(&s, fd, body + 1000, n - 1000);
+    struct strbuf in;
+    strbuf_init(&in, 8 << 20);
+    char want[64];
+    snprintf(want, sizeof(want), "Content-Length: %zu\r\n\r\n", n);
+    cli_read_until(&s, fd, &in, want, 1, NULL);
+    int64_t deadline = mono_ms() + DEADLINE_MS;
+    const char *hdr_end = strstr(strbuf_str(&in), "\r\n\r\n");
+    assert_non_null(hdr_end);
+    size_t head_len = (size_t)(hdr_end - strbuf_str(&in)) + 4;
+    while (in.len < head_len + n) {
+        char buf[65536];
+        ssize_t r = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (r > 0)
+            strbuf_append(&in, buf, (size_t)r);
+        reactor_run_once(s.r, 1);
+        assert_true(mono_ms() < deadline);
+    }
+    assert_int_equal(in.len, head_len + n);
+    assert_memory_equal(strbuf_str(&in) + head_len, body, n);
+    strbuf_release(&in);
+    close(fd);
+    free(body);
+    srv_stop(&s);
+}
+
 static void test_chunked_request_body(void **state)
 {
     struct srv s;
@@ -848,6 +892,7 @@ int main(void)
         cmocka_unit_test(test_chunked_decoder),
         cmocka_unit_test(test_chunked_decoder_strict),
         cmocka_unit_test(test_pipelined_requests),
+        cmocka_unit_test(test_large_body_grows),
         cmocka_unit_test(test_chunked_request_body),
         cmocka_unit_test(test_expect_continue),
         cmocka_unit_test(test_malformed_heads),
