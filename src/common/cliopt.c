@@ -2,6 +2,7 @@
  * typed destination, so a subcommand's parser is data instead of a switch. */
 #include "common/cliopt.h"
 
+#include "common/cfg.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -125,4 +126,27 @@ int cliopt_log_level(const char *prog, const char *value)
     }
     log_set_level(lv);
     return 0;
+}
+
+int cliopt_load_config(const char *prog, const char *path, const char *section,
+                       cliopt_apply_fn apply, void *cfg)
+{
+    struct cfg_errors e;
+    cfg_errors_init(&e, section);
+    if (path) {
+        json_t *root = cfg_load_file(path, &e);
+        if (root) {
+            apply(cfg, root, &e);
+            json_decref(root);
+        }
+    }
+    int n = cfg_errors_count(&e), rc = 0;
+    if (n) {
+        log_error("config_invalid", LF_STR("path", path), LF_STR("errors", cfg_errors_text(&e)));
+        fprintf(stderr, "%s: invalid configuration %s (%d error%s):\n%s", prog, path ? path : "",
+                n, n == 1 ? "" : "s", cfg_errors_text(&e));
+        rc = -EINVAL;
+    }
+    cfg_errors_release(&e);
+    return rc;
 }

@@ -10,6 +10,7 @@
 #ifndef MOTOR_CLIOPT_H
 #define MOTOR_CLIOPT_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -47,5 +48,15 @@ int cliopt_log_level(const char *prog, const char *value);
 /* The configuration file to read: the flag's value when non-empty, else
  * $USER_CONFIG_PATH, else $CONFIG_PATH (upstream's order), else NULL. */
 const char *cliopt_config_path(const char *flag_value);
+
+struct cfg_errors;
+typedef void (*cliopt_apply_fn)(void *cfg, json_t *root, struct cfg_errors *e);
+
+/* A daemon's configuration step: read `path` (NULL = none: defaults only) and hand the
+ * document to apply(cfg, ...), collecting every problem under `section` (the cfg_errors
+ * prefix). Problems are printed to stderr ("<prog>: invalid configuration PATH (N
+ * errors):" and the list) and logged (config_invalid). 0, or -EINVAL. */
+int cliopt_load_config(const char *prog, const char *path, const char *section,
+                       cliopt_apply_fn apply, void *cfg);
 
 #endif

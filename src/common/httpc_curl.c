@@ -103,7 +103,7 @@ static struct dynlib cu_lib = DYNLIB_INIT("libcurl", cu_sonames, cu_symbols, &cu
 
 #define HTTPC_EASY_POOL 32
 
-enum { SOCK_NONE = 0, SOCK_WANTED, SOCK_PARKED };
+enum { SOCK_NONE = 0, SOCK_WANTED };
 
 enum req_state { REQ_PENDING, REQ_ACTIVE, REQ_ZOMBIE, REQ_COMPLETED, REQ_FINISHING };
 
@@ -151,11 +151,8 @@ struct httpc_curl {
     bool in_curl; /* inside curl_multi_socket_action: curl callbacks may run */
     bool freeing; /* httpc_free() was called while depth > 0 */
 
-    /* Per socket number: SOCK_NONE, or registered with the reactor — SOCK_WANTED (curl
-     * watches it) or SOCK_PARKED (curl said CURL_POLL_REMOVE: an idle keep-alive
-     * connection). A parked socket stays registered, so reusing the connection for the
-     * next request costs no epoll_ctl; it leaves the reactor when curl closes it (close
-     * callback) or when it turns readable while idle (the engine closed it). */
+    /* Per socket number: SOCK_NONE, or SOCK_WANTED (registered with the reactor because
+     * curl watches it; unregistered as soon as curl stops watching, see socket_cb). */
     uint8_t *sst;
     size_t nsst;
 
@@ -286,14 +283,6 @@ static void drive(struct httpc_curl *c, curl_socket_t fd, int flags);
 
 static void on_sock_event(struct reactor *r, int fd, uint32_t events, void *arg)
 {
-    struct httpc_curl *c = arg;
-    if (sock_state(c, fd) == SOCK_PARKED) {
-        /* An idle connection turned readable: the engine closed it (or misbehaves).
-         * curl notices when it next considers reusing it; stop watching so a level-
-         * triggered event cannot spin. */
-        sock_forget(c, fd);
-        return;
-    }
     int flags = 0;
     if (events & (EPOLLIN | EPOLLHUP | EPOLLRDHUP))
         flags |= CURL_CSELECT_IN;

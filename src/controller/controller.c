@@ -1072,27 +1072,16 @@ static int parse_args(int argc, char **argv, struct cli_args *a)
     return cliopt_parse("motor controller", argc, argv, opts, usage);
 }
 
+static void apply_config(void *cfg, json_t *root, struct cfg_errors *e)
+{
+    ctlcfg_apply(cfg, root, e);
+}
+
 static int load_config(struct ctl *c, const struct cli_args *a)
 {
     ctlcfg_init(&c->cfg);
     const char *path = cliopt_config_path(a->config);
-    struct cfg_errors e;
-    cfg_errors_init(&e, "");
-    if (path) {
-        json_t *root = cfg_load_file(path, &e);
-        if (root) {
-            ctlcfg_apply(&c->cfg, root, &e);
-            json_decref(root);
-        }
-    }
-    int rc = 0;
-    if (cfg_errors_count(&e)) {
-        fprintf(stderr, "motor controller: invalid configuration %s (%d error%s):\n%s",
-                path ? path : "", cfg_errors_count(&e), cfg_errors_count(&e) == 1 ? "" : "s",
-                cfg_errors_text(&e));
-        rc = -EINVAL;
-    }
-    cfg_errors_release(&e);
+    int rc = cliopt_load_config("motor controller", path, "", apply_config, &c->cfg);
     if (rc)
         return rc;
     if (a->host) {

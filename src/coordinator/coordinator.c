@@ -223,27 +223,17 @@ static int parse_args(int argc, char **argv, struct cli_args *a)
     return cliopt_parse("motor coordinator", argc, argv, opts, usage);
 }
 
+static void apply_config(void *cfg, json_t *root, struct cfg_errors *e)
+{
+    ccfg_apply(cfg, root, e);
+}
+
 static int load_config(struct coord *c, const struct cli_args *a)
 {
     ccfg_init(&c->cfg);
     const char *path = cliopt_config_path(a->config);
-    struct cfg_errors e;
-    cfg_errors_init(&e, "motor_coordinator_config");
-    if (path) {
-        json_t *root = cfg_load_file(path, &e);
-        if (root) {
-            ccfg_apply(&c->cfg, root, &e);
-            json_decref(root);
-        }
-    }
-    int rc = 0;
-    if (cfg_errors_count(&e)) {
-        log_error("config_invalid", LF_STR("path", path), LF_STR("errors", cfg_errors_text(&e)));
-        fprintf(stderr, "motor coordinator: invalid configuration %s:\n%s", path ? path : "",
-                cfg_errors_text(&e));
-        rc = -EINVAL;
-    }
-    cfg_errors_release(&e);
+    int rc = cliopt_load_config("motor coordinator", path, "motor_coordinator_config",
+                                apply_config, &c->cfg);
     if (rc)
         return rc;
     if (a->host) {
