@@ -23,6 +23,10 @@
 #include <sys/socket.h>
 
 #define HTTPD_RESP_HEADERS_MAX ((size_t)64 * 1024)
+/* Room past the caller-added headers for the Content-Type line set_content_type appends. */
+#define HTTPD_RESP_CTYPE_SLACK 512
+/* First allocation of the response-header buffer: the usual few headers fit at once. */
+#define HTTPD_RESP_HEADERS_FIRST 256
 
 /* ---- pure matching (httpd_internal.h) -------------------------------------------- */
 
@@ -154,7 +158,7 @@ struct httpd_req *httpd_req_new(struct httpd *h, void *conn, size_t nhdrs, size_
     req->start_ms = mono_ms();
     req->method = "";
     req->path = "/";
-    strbuf_init(&req->rhdrs, HTTPD_RESP_HEADERS_MAX);
+    strbuf_init(&req->rhdrs, HTTPD_RESP_HEADERS_MAX + HTTPD_RESP_CTYPE_SLACK);
     /* sbuf may hold consumed-but-not-compacted bytes in front of the pending ones. */
     strbuf_init(&req->sbuf, 2 * HTTPD_STREAM_MAX);
     req->next = h->live;
@@ -257,38 +261,70 @@ size_t httpd_req_parse_query(struct httpd_req *req, const char *qs, size_t len, 
 const char *httpd_status_text(int status)
 {
     switch (status) {
-    case 100: return "Continue";
-    case 200: return "OK";
-    case 201: return "Created";
-    case 202: return "Accepted";
-    case 204: return "No Content";
-    case 206: return "Partial Content";
-    case 301: return "Moved Permanently";
-    case 302: return "Found";
-    case 304: return "Not Modified";
-    case 307: return "Temporary Redirect";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 409: return "Conflict";
-    case 410: return "Gone";
-    case 411: return "Length Required";
-    case 413: return "Content Too Large";
-    case 415: return "Unsupported Media Type";
-    case 422: return "Unprocessable Content";
-    case 429: return "Too Many Requests";
-    case 431: return "Request Header Fields Too Large";
-    case 499: return "Client Closed Request";
-    case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
-    case 502: return "Bad Gateway";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    case 505: return "HTTP Version Not Supported";
-    default: return "";
+    case 100:
+        return "Continue";
+    case 200:
+        return "OK";
+    case 201:
+        return "Created";
+    case 202:
+        return "Accepted";
+    case 204:
+        return "No Content";
+    case 206:
+        return "Partial Content";
+    case 301:
+        return "Moved Permanently";
+    case 302:
+        return "Found";
+    case 304:
+        return "Not Modified";
+    case 307:
+        return "Temporary Redirect";
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 403:
+        return "Forbidden";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 408:
+        return "Request Timeout";
+    case 409:
+        return "Conflict";
+    case 410:
+        return "Gone";
+    case 411:
+        return "Length Required";
+    case 413:
+        return "Content Too Large";
+    case 415:
+        return "Unsupported Media Type";
+    case 422:
+        return "Unprocessable Content";
+    case 429:
+        return "Too Many Requests";
+    case 431:
+        return "Request Header Fields Too Large";
+    case 499:
+        return "Client Closed Request";
+    case 500:
+        return "Internal Server Error";
+    case 501:
+        return "Not Implemented";
+    case 502:
+        return "Bad Gateway";
+    case 503:
+        return "Service Unavailable";
+    case 504:
+        return "Gateway Timeout";
+    case 505:
+        return "HTTP Version Not Supported";
+    default:
+        return "";
     }
 }
 
@@ -627,10 +663,13 @@ void httpd_add_header(struct httpd_req *req, const char *name, const char *value
     /* The whole line or nothing: a line cut before its CRLF would run into the framing
      * header the transport appends after these (the answer would lose its length). */
     size_t nl = strlen(name), vl = strlen(value);
-    if (nl + vl + 4 > req->rhdrs.max - req->rhdrs.len) {
+    if (req->rhdrs.len > HTTPD_RESP_HEADERS_MAX ||
+        nl + vl + 4 > HTTPD_RESP_HEADERS_MAX - req->rhdrs.len) {
         log_warn("httpd_headers_too_large", LF_STR("server", req->h->name), LF_STR("name", name));
         return;
     }
+    if (req->rhdrs.cap == 0) /* the usual few headers in one allocation */
+        strbuf_grow(&req->rhdrs, HTTPD_RESP_HEADERS_FIRST);
     strbuf_append(&req->rhdrs, name, nl);
     strbuf_append(&req->rhdrs, ": ", 2);
     strbuf_append(&req->rhdrs, value, vl);
@@ -651,21 +690,13 @@ static bool can_answer(struct httpd_req *req, const char *what)
 /* Content-Type goes in front of the handler's headers (as MHD sent it). */
 static void set_content_type(struct httpd_req *req, const char *ctype)
 {
-    /* 400: the line then fits whole in either buffer below (512 bytes of slack) */
+    /* At most 400: the line then fits whole in HTTPD_RESP_CTYPE_SLACK, past the cap of
+     * the caller-added headers. Header order carries no meaning: appended last. */
     if (!ctype || !header_text_ok(ctype) || strlen(ctype) > 400)
         return;
-    if (req->rhdrs.len == 0) { /* the usual case: no copy */
-        strbuf_puts(&req->rhdrs, "Content-Type: ");
-        strbuf_puts(&req->rhdrs, ctype);
-        strbuf_puts(&req->rhdrs, "\r\n");
-        return;
-    }
-    struct strbuf sb;
-    strbuf_init(&sb, HTTPD_RESP_HEADERS_MAX + 512);
-    strbuf_appendf(&sb, "Content-Type: %s\r\n", ctype);
-    strbuf_append(&sb, req->rhdrs.buf ? req->rhdrs.buf : "", req->rhdrs.len);
-    strbuf_release(&req->rhdrs);
-    req->rhdrs = sb;
+    strbuf_puts(&req->rhdrs, "Content-Type: ");
+    strbuf_puts(&req->rhdrs, ctype);
+    strbuf_puts(&req->rhdrs, "\r\n");
 }
 
 /* Take ownership of a malloc'd body and answer with it. */

@@ -94,7 +94,7 @@ struct httpd_req {
     bool client_gone;
 
     int status;
-    struct strbuf rhdrs; /* response header lines "Name: value\r\n", Content-Type first */
+    struct strbuf rhdrs; /* response header lines "Name: value\r\n", Content-Type last */
     bool resp_close;     /* the answer asked for Connection: close */
     char *resp_body;
     size_t resp_len;

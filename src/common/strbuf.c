@@ -49,6 +49,13 @@ static int reserve(struct strbuf *sb, size_t extra)
     return 0;
 }
 
+int strbuf_grow(struct strbuf *sb, size_t extra)
+{
+    if (extra > sb->max || sb->len > sb->max - extra)
+        return -E2BIG;
+    return reserve(sb, extra);
+}
+
 int strbuf_append(struct strbuf *sb, const void *data, size_t n)
 {
     int rc = reserve(sb, n);

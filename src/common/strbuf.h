@@ -27,6 +27,10 @@ void strbuf_reset(struct strbuf *sb);
 
 /* Append n bytes. 0, or -E2BIG when len + n > max (nothing appended). */
 int strbuf_append(struct strbuf *sb, const void *data, size_t n);
+/* Make room for `extra` more bytes now (one allocation instead of several doublings
+ * when the caller knows roughly what is coming). 0, or -E2BIG past max (nothing
+ * changed, the overflow flag is not set: nothing was cut). */
+int strbuf_grow(struct strbuf *sb, size_t extra);
 int strbuf_puts(struct strbuf *sb, const char *s);
 int strbuf_putc(struct strbuf *sb, char c);
 /* Append v in decimal (no printf). 0 or -E2BIG. */

@@ -20,6 +20,7 @@
 #include "common/strbuf.h"
 #include "common/util.h"
 #include "coordinator/pdreq.h"
+#include "coordinator/reqscan.h"
 #include "coordinator/sse.h"
 
 #include <errno.h>
@@ -71,8 +72,11 @@ struct preq {
     struct httpd_req *hreq; /* NULL once closed */
     struct preq *prev, *next;
     enum api api;
+    /* What routing needs from the client's body (reqscan: no tree on the union route). */
+    struct reqscan scan;
+    const char *model; /* scan.model_name, NULL if absent */
+    /* The body as a jansson tree, built only when a PD route must rewrite it. */
     json_t *body;
-    const char *model; /* borrowed from body, NULL if absent */
     bool stream;
     char rid[64];
     struct inst_snapshot *snap;
@@ -604,7 +608,7 @@ static void leg_start(struct preq *pr, struct leg *leg, const char *body, size_t
     struct coord *c = pr->c;
     leg->pr = pr;
     leg->tokens =
-        pdreq_estimate_tokens(pr->body, leg->which == LEG_PREFILL && pr->mode != MODE_SINGLE);
+        reqscan_estimate_tokens(&pr->scan, leg->which == LEG_PREFILL && pr->mode != MODE_SINGLE);
     inst_load_acquire(leg->ep->load, leg->tokens);
     leg->load_held = true;
     /* Per leg, so assembled without printf or the heap (hostport is an address). */
@@ -763,6 +767,31 @@ static bool model_known(struct preq *pr)
     return false;
 }
 
+/* The client's body as a tree, for the PD rewrites; parsed once per request. False
+ * (and the request answered) when it cannot be: the client is gone, or jansson refuses
+ * what reqscan accepted (they accept the same language: tests/fuzz/fuzz_reqscan.c). */
+static bool preq_tree(struct preq *pr)
+{
+    if (pr->body)
+        return true;
+    size_t len;
+    const char *raw = pr->hreq ? httpd_req_body(pr->hreq, &len) : NULL;
+    if (!raw) {
+        preq_finish(pr);
+        return false;
+    }
+    json_error_t e;
+    pr->body = json_loadb(raw, len, 0, &e);
+    if (!json_is_object(pr->body)) {
+        log_error("request_body_reparse_failed", LF_STR("request_id", pr->rid),
+                  LF_STR("error", e.text));
+        answer_error(pr, 400, CAUSE_BAD_REQUEST, "BadRequestError",
+                     "request body is not valid JSON");
+        return false;
+    }
+    return true;
+}
+
 static void attempt(struct preq *pr)
 {
     struct inst_snapshot *s = proxy_snapshot(pr->w);
@@ -804,6 +833,8 @@ static void attempt(struct preq *pr)
         break;
     }
     case MODE_VLLM_PD: {
+        if (!preq_tree(pr))
+            return;
         json_t *b = pdreq_vllm_prefill(pr->body, pr->rid);
         char *sb = json_dumps(b, JSON_COMPACT);
         json_decref(b);
@@ -812,6 +843,8 @@ static void attempt(struct preq *pr)
         break;
     }
     case MODE_SGLANG_PD: {
+        if (!preq_tree(pr))
+            return;
         uint64_t room = pdreq_bootstrap_room(p->inst->id, d->inst->id, pr->rid, pr->attempts);
         json_t *pb =
             pdreq_sglang_leg(pr->body, true, p->ep->ip, p->ep->bootstrap_port, room, pr->rid);
@@ -930,6 +963,7 @@ static void on_close(struct httpd_req *req, void *arg)
     w->n_live--;
     metrics_gauge_dec(pr->c->m.inflight);
     json_decref(pr->body);
+    reqscan_release(&pr->scan);
     inst_snapshot_unref(pr->snap);
     free(pr->fail_body);
     free(pr->fail_ctype);
@@ -949,24 +983,30 @@ static void handle_infer(struct httpd_req *req, struct coord_worker *w, enum api
         return;
     }
     char err[256];
-    json_t *body = httpd_req_json(req, err, sizeof(err));
+    size_t body_len;
+    const char *raw = httpd_req_body(req, &body_len);
+    struct reqscan scan;
     const char *why = NULL;
-    json_t *jstream = body ? json_object_get(body, "stream") : NULL;
-    json_t *jmodel = body ? json_object_get(body, "model") : NULL;
-    if (!body)
+    if (!raw || body_len == 0) {
+        memset(&scan, 0, sizeof(scan));
+        why = "request body is empty";
+    } else if (reqscan_parse(raw, body_len, &scan, err, sizeof(err)) < 0) {
         why = err;
-    else if (!json_is_object(body))
+    } else if (scan.top != REQSCAN_OBJECT) {
         why = "request body must be a JSON object";
-    else if (jstream && !json_is_boolean(jstream) && !json_is_null(jstream))
+    } else if (scan.stream != REQSCAN_ABSENT && scan.stream != REQSCAN_TRUE &&
+               scan.stream != REQSCAN_FALSE && scan.stream != REQSCAN_NULL) {
         why = "'stream' must be a boolean";
-    else if (jmodel && !json_is_string(jmodel) && !json_is_null(jmodel))
+    } else if (scan.model != REQSCAN_ABSENT && scan.model != REQSCAN_STRING &&
+               scan.model != REQSCAN_NULL) {
         why = "'model' must be a string";
-    else if (api == API_CHAT && !json_is_array(json_object_get(body, "messages")))
+    } else if (api == API_CHAT && scan.messages != REQSCAN_ARRAY) {
         why = "'messages' must be an array";
-    else if (api == API_COMPLETIONS && !json_object_get(body, "prompt"))
+    } else if (api == API_COMPLETIONS && scan.prompt == REQSCAN_ABSENT) {
         why = "'prompt' is required";
+    }
     if (why) {
-        json_decref(body);
+        reqscan_release(&scan);
         coord_count_error(c, CAUSE_BAD_REQUEST);
         coord_count_request(c, api_names[api], 400);
         respond_openai_error(req, 400, "BadRequestError", why);
@@ -977,9 +1017,9 @@ static void handle_infer(struct httpd_req *req, struct coord_worker *w, enum api
     pr->c = c;
     pr->hreq = req;
     pr->api = api;
-    pr->body = body;
-    pr->stream = json_is_true(jstream);
-    pr->model = json_is_string(jmodel) ? json_string_value(jmodel) : NULL;
+    pr->scan = scan;
+    pr->stream = scan.stream == REQSCAN_TRUE;
+    pr->model = scan.model_name;
     pr->start_us = mono_us();
     pr->deadline_ms = reactor_now(w->r) + c->cfg.infer_timeout_ms;
     pr->legs[LEG_PREFILL].pr = pr;

@@ -36,8 +36,8 @@ struct reqscan {
     /* Types of the top-level members (the last occurrence of a duplicated key), all
      * REQSCAN_ABSENT when the body is not an object. */
     enum reqscan_type stream, model, prompt, messages, max_tokens, max_completion_tokens;
-    char *model_name;          /* "model" when a string: unescaped, NUL-terminated, heap */
-    int64_t max_tokens_value;  /* valid when max_tokens == REQSCAN_INTEGER */
+    char *model_name;         /* "model" when a string: unescaped, NUL-terminated, heap */
+    int64_t max_tokens_value; /* valid when max_tokens == REQSCAN_INTEGER */
     int64_t max_completion_tokens_value;
     /* pdreq_estimate_tokens' character count of "prompt" and "messages": string bytes
      * (unescaped), 4 per integer element of an array, the "content" and "text" members
