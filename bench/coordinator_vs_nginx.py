@@ -2,20 +2,30 @@
 """Coordinator vs nginx, side by side, in the same run (CONVENTIONS §22).
 
 Starts engines, Debian's nginx as a plain reverse proxy in front of them, and
-`motor coordinator` in front of the same engines, then drives all three with wrk:
-non-streaming and streaming completions. The default engines are static: an nginx
-answering a fixed completion (JSON or SSE) at once, so the numbers measure the proxies,
-not an engine's scheduling; `--engine sim` uses `motor engine-sim` instead. Reports, per mode, latency
-p50/p99 and requests/s direct to an engine, through nginx and through the coordinator,
-the latency each proxy adds (proxy minus direct) and the coordinator/nginx ratios.
+`motor coordinator` in front of the same engines; non-streaming and streaming
+completions. The default engines are static: an nginx answering a fixed completion (JSON
+or SSE) at once, so the numbers measure the proxies, not an engine's scheduling;
+`--engine sim` uses `motor engine-sim` instead.
+
+Latency: motor-latprobe (bench/latprobe.c, built next to motor), ONE run per mode and
+repetition covering direct (one engine), nginx and the coordinator: one keep-alive
+connection per target, one request at a time, the targets interleaved in batches (the
+first target rotates every round), nanosecond timing. A proxy adds 10-20 us here; with
+wrk -c1 (1 us histogram buckets, one run per target) the machine's drift between runs
+landed on one target, interleaving spreads it over all three. Added = proxied percentile
+minus direct percentile of the same probe run; paired = median over rounds of (proxied
+batch median minus direct batch median of the same round), the figure least moved by
+drift. Requests/s: wrk with many connections, one run per proxy.
 Target (issue #5): coordinator's added latency within 1.2x nginx's.
 
 usage: bench/coordinator_vs_nginx.py [--motor PATH] [--seconds 5] [--connections 16]
                                      [--threads 2] [--workers 2] [--engines 2]
                                      [--engine static|sim] [--runs 1] [--pin CPUS]
+                                     [--requests 20000] [--batch 50]
 With --runs N every measurement is repeated N times (same processes) and each figure is
 printed as the median with the min-max range; ratios are medians of the per-run ratios.
-Needs: nginx, wrk (apt-get install nginx-light wrk). Standard library only.
+Needs: nginx, wrk (apt-get install nginx-light wrk), motor-latprobe next to --motor.
+Standard library only.
 """
 
 import argparse
@@ -97,6 +107,21 @@ def wrk(url, body, args, tmp):
     if out.returncode != 0:
         raise RuntimeError(out.stderr)
     return parse_wrk(out.stdout)
+
+
+def latprobe(probe, ports, body, args, tmp):
+    """One interleaved motor-latprobe run over ports ({name: port}, the reference first);
+    returns {name: target dict} (latencies in us)."""
+    bf = Path(tmp) / "latprobe-body.json"
+    bf.write_text(json.dumps(body))
+    cmd = pin_prefix(args) + [probe, "--requests", str(args.requests), "--batch",
+                              str(args.batch), "--body-file", str(bf)]
+    cmd += [f"{n}={p}" for n, p in ports.items()]
+    out = subprocess.run(cmd, capture_output=True, text=True,
+                         timeout=120 + args.requests * len(ports) * 0.005)
+    if out.returncode != 0:
+        raise RuntimeError(f"motor-latprobe failed: {out.stderr.strip()}")
+    return {t["name"]: t for t in json.loads(out.stdout)["targets"]}
 
 
 NGINX_CONF = """
@@ -189,6 +214,10 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--engine", choices=("static", "sim"), default="static")
     ap.add_argument("--runs", type=int, default=1, help="repeat every measurement N times")
+    ap.add_argument("--requests", type=int, default=20000,
+                    help="motor-latprobe: timed requests per target, mode and run")
+    ap.add_argument("--batch", type=int, default=50,
+                    help="motor-latprobe: requests to one target before the next")
     ap.add_argument("--pin", default="",
                     help="CPU list for taskset (e.g. 1): run engines, proxies and wrk there; "
                          "on a small VM this removes cross-CPU wake-up noise from latency")
@@ -197,6 +226,10 @@ def main():
         if not shutil.which(tool) and not os.path.exists(f"/usr/sbin/{tool}"):
             sys.exit(f"{tool} not found (apt-get install nginx-light wrk)")
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    probe = os.path.join(os.path.dirname(os.path.abspath(args.motor)), "motor-latprobe")
+    if not os.access(probe, os.X_OK):
+        sys.exit(f"{probe} not found: motor-latprobe is built next to motor from "
+                 f"bench/latprobe.c (ninja -C <build dir> motor-latprobe)")
     tmp = tempfile.mkdtemp(prefix="motor-bench-")
     procs = []
 
@@ -274,13 +307,11 @@ def main():
                                      headers={"Content-Type": "application/json"})
         urllib.request.urlopen(req, timeout=10).read()
 
-        targets = {"direct": f"http://127.0.0.1:{engines[0]}",
-                   "nginx": f"http://127.0.0.1:{nport}",
-                   "coordinator": f"http://127.0.0.1:{cport}"}
-        # Latency: one connection, so the number is the per-request cost of the path, not
-        # queueing; added latency = through the proxy minus direct to an engine.
+        # the probe's reference ("direct", one engine) must come first
+        ports = {"direct": engines[0], "nginx": nport, "coordinator": cport}
+        # Latency: one request at a time per connection, so the number is the per-request
+        # cost of the path, not queueing; all three targets interleaved in one probe run.
         # Throughput: args.connections connections spread over every engine.
-        lat_args = argparse.Namespace(**{**vars(args), "connections": 1, "threads": 1})
         warm = argparse.Namespace(**{**vars(args), "seconds": 1})
         runs = []
         for _ in range(max(1, args.runs)):
@@ -290,19 +321,18 @@ def main():
                     start_static(stream)
                 req_body = {"model": "m", "prompt": "benchmark prompt",
                             "max_tokens": args.max_tokens, "stream": stream}
-                for name, base in targets.items():
-                    wrk(base + "/v1/completions", req_body, warm, tmp)
-                    results[(mode, "lat", name)] = wrk(base + "/v1/completions", req_body,
-                                                       lat_args, tmp)
-                    if name != "direct":
-                        results[(mode, "tput", name)] = wrk(base + "/v1/completions", req_body,
-                                                            args, tmp)
-            for mode in ("non-stream", "stream"):
-                d = results[(mode, "lat", "direct")]
-                for name in ("direct", "nginx", "coordinator"):
-                    r = results[(mode, "lat", name)]
-                    r["add50"] = r["p50"] - d["p50"]
-                    r["add99"] = r["p99"] - d["p99"]
+                lat = latprobe(probe, ports, req_body, args, tmp)
+                for name in ports:
+                    t = lat[name]
+                    results[(mode, "lat", name)] = {
+                        "p50": t["p50_us"], "p99": t["p99_us"],
+                        "add50": t.get("added_p50_us", 0.0),
+                        "add99": t.get("added_p99_us", 0.0),
+                        "paired50": t.get("added_paired_p50_us", 0.0)}
+                for name in ("nginx", "coordinator"):
+                    url = f"http://127.0.0.1:{ports[name]}/v1/completions"
+                    wrk(url, req_body, warm, tmp)
+                    results[(mode, "tput", name)] = wrk(url, req_body, args, tmp)
             runs.append(results)
 
         def ratio(a, b):
@@ -327,14 +357,16 @@ def main():
         print(f"\ncoordinator vs nginx: {args.engines} {args.engine} engines, "
               f"{args.workers} workers each, max_tokens {args.max_tokens}, {args.seconds}s runs, "
               f"{len(runs)} repetition(s)" + (", median (min-max)" if len(runs) > 1 else "") + "\n")
-        print("latency, 1 connection (wrk -t1 -c1): added = proxy minus direct, ms")
-        print(f"  {'mode':<11}{'target':<13}{'p50':>22}{'p99':>22}{'+p50':>22}{'+p99':>22}")
+        print(f"latency, motor-latprobe ({args.requests} requests per target, batches of "
+              f"{args.batch}, targets interleaved): added = proxy minus direct, us")
+        print(f"  {'mode':<11}{'target':<13}{'p50':>22}{'p99':>22}{'+p50':>22}{'+p99':>22}"
+              f"{'paired +p50':>22}")
         for mode in ("non-stream", "stream"):
             for name in ("direct", "nginx", "coordinator"):
                 k = (mode, "lat", name)
-                print(f"  {mode:<11}{name:<13}{fig(k, 'p50', '{:.3f}'):>22}"
-                      f"{fig(k, 'p99', '{:.3f}'):>22}{fig(k, 'add50', '{:.3f}'):>22}"
-                      f"{fig(k, 'add99', '{:.3f}'):>22}")
+                print(f"  {mode:<11}{name:<13}{fig(k, 'p50', '{:.1f}'):>22}"
+                      f"{fig(k, 'p99', '{:.1f}'):>22}{fig(k, 'add50', '{:.1f}'):>22}"
+                      f"{fig(k, 'add99', '{:.1f}'):>22}{fig(k, 'paired50', '{:.1f}'):>22}")
         print(f"\nthroughput, wrk -t{args.threads} -c{args.connections}")
         print(f"  {'mode':<11}{'target':<13}{'req/s':>22}{'p50 ms':>22}{'p99 ms':>22}")
         for mode in ("non-stream", "stream"):
@@ -346,9 +378,11 @@ def main():
               "req/s: higher is better)")
         for mode in ("non-stream", "stream"):
             print(f"  {mode:<11} added p50 {rat(mode, 'lat', 'add50')}   "
-                  f"added p99 {rat(mode, 'lat', 'add99')}   req/s {rat(mode, 'tput', 'rps')}")
+                  f"added p99 {rat(mode, 'lat', 'add99')}   "
+                  f"paired added p50 {rat(mode, 'lat', 'paired50')}   "
+                  f"req/s {rat(mode, 'tput', 'rps')}")
         bad = [(k, r) for results in runs for k, r in results.items()
-               if r["non2xx"] or r["socket_errors"]]
+               if r.get("non2xx") or r.get("socket_errors")]
         if bad:
             print("\nwarning: some requests failed:", bad)
     finally:

@@ -7,14 +7,15 @@ Rows (each module under bench/lib/row_*.py):
   restart   death → replacement started: Motor's node manager vs s6, runit, supervisord
   memory    the supervisor's RSS/PSS with 16 engines: same peers
   mgmt_api  GET /node-manager/status under wrk vs nginx serving the same bytes
-  gateway   coordinator vs nginx reverse proxy: added latency and req/s
+  gateway   coordinator vs nginx reverse proxy: added latency (motor-latprobe) and req/s
   plugins   rows from bench/nm_*.py, bench/ctl_*.py, bench/pool_*.py (see README.md)
 
 Environment (all optional): BENCH_QUICK=1 (1 repetition, 100 kills, 3 s wrk runs),
 BENCH_REPS, BENCH_KILLS, BENCH_SERVICES, BENCH_KILL_INTERVAL_MS, BENCH_MIN_AGE_MS,
-BENCH_MEM_ENGINES, BENCH_WRK_SECONDS, BENCH_GW_SECONDS, BENCH_WRK_THREADS,
-BENCH_WRK_CONNECTIONS, BENCH_ROWS=restart,memory,... (a subset), MOTOR_BIN (default
-build/motor), BENCH_OUT (directory for results.md/json, default bench/).
+BENCH_MEM_ENGINES, BENCH_WRK_SECONDS, BENCH_GW_SECONDS, BENCH_GW_REQUESTS, BENCH_GW_BATCH,
+BENCH_WRK_THREADS, BENCH_WRK_CONNECTIONS, BENCH_ROWS=restart,memory,... (a subset),
+MOTOR_BIN (default build/motor; motor-latprobe is taken from the same directory),
+BENCH_OUT (directory for results.md/json, default bench/).
 Exit status: 0 when the table was written (pending rows included), 1 when a row errored.
 """
 

@@ -21,6 +21,8 @@ class Ctx:
     mem_engines: int  # engines supervised in the memory row
     wrk_seconds: int  # wrk duration, management API row
     gw_seconds: int  # wrk duration, gateway row
+    gw_requests: int  # motor-latprobe timed requests per target, mode and repetition
+    gw_batch: int  # motor-latprobe batch size (requests to one target before the next)
     wrk_threads: int
     wrk_connections: int
     rows: set[str] = field(default_factory=set)  # empty = all
@@ -43,6 +45,8 @@ class Ctx:
             mem_engines=C.env_int("BENCH_MEM_ENGINES", 16),
             wrk_seconds=C.env_int("BENCH_WRK_SECONDS", 3 if quick else 10),
             gw_seconds=C.env_int("BENCH_GW_SECONDS", 3),
+            gw_requests=C.env_int("BENCH_GW_REQUESTS", 5000 if quick else 20000),
+            gw_batch=C.env_int("BENCH_GW_BATCH", 50),
             wrk_threads=C.env_int("BENCH_WRK_THREADS", 2),
             wrk_connections=C.env_int("BENCH_WRK_CONNECTIONS", 16),
             rows=rows,

@@ -4,10 +4,17 @@ simulated engine, in the same run.
 One `motor engine-sim --tokens-per-second 0 --ttft-ms 0` engine; nginx (upstream block
 with keep-alive, proxy_buffering off so SSE is not held back) and `motor coordinator`
 (the engine registered through POST /instances/refresh on its management port) in front
-of it, both with 2 workers. wrk POSTs /v1/completions (max_tokens 16) directly to the
-engine, through nginx and through the coordinator, non-streaming and streaming: once
-with one connection (latency: what the hop itself costs) and once with many (req/s).
-Added latency = through-proxy percentile − direct percentile of the same repetition.
+of it, both with 2 workers. POST /v1/completions (max_tokens 16) directly to the engine,
+through nginx and through the coordinator, non-streaming and streaming.
+
+Latency: motor-latprobe (bench/latprobe.c, built next to motor), all three targets in ONE
+run per mode and repetition: one keep-alive connection each, one request at a time, the
+targets interleaved in batches (the first target of a round rotates), nanosecond timing.
+The hop adds 10-20 us here; wrk -c1 (1 us histogram buckets, one run per target) let the
+machine's drift between runs land on one target. Added latency = proxied percentile −
+direct percentile of the same probe run; the paired figure (median over rounds of
+proxied batch median − direct batch median of the same round) is kept in `extra`.
+Req/s: wrk with many connections, one run per target.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from __future__ import annotations
 from typing import Optional
 
 from . import common as C
+from . import latprobe
 from . import wrk
 from .ctx import Ctx
 from .report import Row
@@ -50,9 +58,16 @@ def _nginx_conf(port: int, engine_port: int) -> str:
     }}"""
 
 
+def _ms(us: float) -> float:
+    return round(us / 1000.0, 6)
+
+
 def run(ctx: Ctx) -> list[Row]:
     why = _why_not(ctx)
+    probe = latprobe.find(ctx.motor)
+    why_lat = why or (None if probe else latprobe.missing_reason(ctx.motor))
     modes = (("non-stream", False), ("stream", True))
+    names = ["direct", "nginx", "coordinator"]  # the probe's reference comes first
     runs: dict[tuple[str, str], list[dict]] = {}
     err = None
     if why is None:
@@ -76,10 +91,9 @@ def run(ctx: Ctx) -> list[Row]:
             st, b = C.http_post_json(f"http://127.0.0.1:{mport}/instances/refresh", body)
             if st // 100 != 2:
                 raise RuntimeError(f"coordinator refresh answered {st}: {b[:200]!r}")
-            targets = {"direct": f"http://127.0.0.1:{eport}",
-                       "nginx": f"http://127.0.0.1:{nport}",
-                       "coordinator": f"http://127.0.0.1:{cport}"}
-            for url in targets.values():
+            ports = {"direct": eport, "nginx": nport, "coordinator": cport}
+            for name, port in ports.items():
+                url = f"http://127.0.0.1:{port}"
                 st, b = C.http_post_json(url + "/v1/completions",
                                          {"model": "m", "prompt": "x", "max_tokens": 4})
                 if st != 200:
@@ -88,23 +102,47 @@ def run(ctx: Ctx) -> list[Row]:
                 for mode, stream in modes:
                     req = {"model": "m", "prompt": "benchmark prompt", "max_tokens": MAX_TOKENS,
                            "stream": stream}
-                    names = list(targets)
-                    if rep % 2:
-                        names.reverse()
-                    for name in names:
-                        url = targets[name] + "/v1/completions"
-                        C.log(f"gateway rep {rep + 1}/{ctx.reps}: {mode} via {name}")
-                        if rep == 0:  # warm-up: connection pools, caches
-                            wrk.run(url, 1, ctx.wrk_threads, ctx.wrk_connections, req, sess.tmp)
-                        lat = wrk.run(url, ctx.gw_seconds, 1, 1, req, sess.tmp)
-                        thr = wrk.run(url, ctx.gw_seconds, ctx.wrk_threads, ctx.wrk_connections,
+                    order = names[::-1] if rep % 2 else names
+                    if rep == 0:  # warm-up: connection pools, caches
+                        for name in order:
+                            wrk.run(f"http://127.0.0.1:{ports[name]}/v1/completions", 1,
+                                    ctx.wrk_threads, ctx.wrk_connections, req, sess.tmp)
+                    lat = {}
+                    if probe:
+                        C.log(f"gateway rep {rep + 1}/{ctx.reps}: {mode}, motor-latprobe "
+                              f"{ctx.gw_requests} requests per target, batches of "
+                              f"{ctx.gw_batch}, interleaved")
+                        doc = latprobe.run(probe, [(n, ports[n]) for n in names], req,
+                                           ctx.gw_requests, ctx.gw_batch, sess.tmp)
+                        lat = doc["by_name"]
+                    for name in order:
+                        C.log(f"gateway rep {rep + 1}/{ctx.reps}: {mode} via {name}, wrk "
+                              f"-c{ctx.wrk_connections}")
+                        thr = wrk.run(f"http://127.0.0.1:{ports[name]}/v1/completions",
+                                      ctx.gw_seconds, ctx.wrk_threads, ctx.wrk_connections,
                                       req, sess.tmp)
-                        r = {"p50": lat["p50"], "p99": lat["p99"], "rps": thr["rps"],
-                             "loaded_p50": thr["p50"], "loaded_p99": thr["p99"],
-                             "c1_rps": lat["rps"]}
+                        r = {"rps": thr["rps"], "loaded_p50": thr["p50"],
+                             "loaded_p99": thr["p99"]}
+                        t = lat.get(name)
+                        if t:
+                            r.update({"p50": _ms(t["p50_us"]), "p90": _ms(t["p90_us"]),
+                                      "p99": _ms(t["p99_us"]), "mean": _ms(t["mean_us"]),
+                                      "n": t["n"], "reconnects": t["reconnects"]})
+                            if "added_p50_us" in t:
+                                r.update({"added_p50": _ms(t["added_p50_us"]),
+                                          "added_p90": _ms(t["added_p90_us"]),
+                                          "added_p99": _ms(t["added_p99_us"]),
+                                          "added_paired_p50": _ms(t["added_paired_p50_us"])})
                         runs.setdefault((mode, name), []).append(r)
-                        C.log(f"  1 connection: p50 {r['p50']:.3f} ms  p99 {r['p99']:.3f} ms; "
-                              f"{ctx.wrk_connections} connections: {r['rps']:.0f} req/s")
+                    if lat:
+                        C.log("  " + "; ".join(
+                            f"{n}: p50 {lat[n]['p50_us']:.1f} us p99 {lat[n]['p99_us']:.1f} us"
+                            + (f" (added p50 {lat[n]['added_p50_us']:.1f}, p99 "
+                               f"{lat[n]['added_p99_us']:.1f}, paired "
+                               f"{lat[n]['added_paired_p50_us']:.1f})"
+                               if n != "direct" else "") for n in names))
+                    C.log("  req/s: " + ", ".join(
+                        f"{n} {runs[(mode, n)][-1]['rps']:.0f}" for n in names))
         except Exception as ex:
             err = f"{type(ex).__name__}: {ex}"
             C.log(f"  error: {err}")
@@ -113,44 +151,55 @@ def run(ctx: Ctx) -> list[Row]:
             if swept:
                 C.log(f"  swept {len(swept)} leftover process(es)")
 
-    notes = [f"Gateway: one engine simulator (--tokens-per-second 0 --ttft-ms 0), nginx "
-             f"(upstream keep-alive, proxy_buffering off) and the coordinator, {WORKERS} workers "
-             f"each; POST /v1/completions max_tokens {MAX_TOKENS}, a 1 s warm-up of each target "
-             f"and mode in the first repetition, then latency "
-             f"with wrk -t1 -c1 -d{ctx.gw_seconds}s (one request at a time: the proxy's own "
-             f"cost, not queueing) and req/s with wrk -t{ctx.wrk_threads} "
-             f"-c{ctx.wrk_connections} -d{ctx.gw_seconds}s. Added latency = proxied − direct "
-             f"percentile of the same repetition; wrk, the proxy and the engine share the "
-             f"machine's CPUs."]
+    lat_note = (f"Gateway: one engine simulator (--tokens-per-second 0 --ttft-ms 0), nginx "
+                f"(upstream keep-alive, proxy_buffering off) and the coordinator, {WORKERS} "
+                f"workers each; POST /v1/completions max_tokens {MAX_TOKENS}. Latency: "
+                f"motor-latprobe, one run per mode and repetition covering direct, nginx and "
+                f"coordinator: one keep-alive connection per target, one request at a time, "
+                f"500 warm-up requests per target, then {ctx.gw_requests} timed requests per "
+                f"target in batches of {ctx.gw_batch}, the targets interleaved batch by batch "
+                f"(the first target rotates every round), CLOCK_MONOTONIC ns timing, so "
+                f"machine drift during the run falls on all targets alike. Added latency = "
+                f"proxied − direct percentile of the same probe run (the hop's own cost, not "
+                f"queueing); results.json also keeps the paired added p50 (median over "
+                f"rounds of proxied − direct batch median of the same round). The probe, "
+                f"the proxy and the engine share the machine's CPUs.")
+    thr_note = (f"Gateway req/s: same processes; wrk -t{ctx.wrk_threads} "
+                f"-c{ctx.wrk_connections} -d{ctx.gw_seconds}s per target, one target after "
+                f"the other (order reversed every other repetition), a 1 s warm-up of each "
+                f"target and mode in the first repetition.")
     rows = []
 
-    def added(mode: str, who: str, key: str) -> list[float]:
-        d = runs.get((mode, "direct"), [])
-        p = runs.get((mode, who), [])
-        return [x[key] - y[key] for x, y in zip(p, d)]
+    def vals(mode: str, who: str, key: str) -> list:
+        return [r.get(key) for r in runs.get((mode, who), [])]
 
     for mode, _ in modes:
-        specs = [("added p50", "p50", "ms", "lower", "≤ 1.2 × nginx"),
-                 ("added p99", "p99", "ms", "lower", "≤ 1.2 × nginx"),
+        specs = [("added p50", "added_p50", "ms", "lower", "≤ 1.2 × nginx"),
+                 ("added p99", "added_p99", "ms", "lower", "≤ 1.2 × nginx"),
                  ("req/s", "rps", "req/s", "higher", None)]
         for metric, key, unit, better, target in specs:
-            if key == "rps":
-                m = C.summary(r[key] for r in runs.get((mode, "coordinator"), []))
-                p = C.summary(r[key] for r in runs.get((mode, "nginx"), []))
-            else:
-                m = C.summary(added(mode, "coordinator", key))
-                p = C.summary(added(mode, "nginx", key))
-            row = Row(id=f"gateway.{mode}.{key}", group=GROUP,
+            m = C.summary(vals(mode, "coordinator", key))
+            p = C.summary(vals(mode, "nginx", key))
+            extra = {"direct": runs.get((mode, "direct"), []),
+                     "coordinator": runs.get((mode, "coordinator"), []),
+                     "nginx": runs.get((mode, "nginx"), [])}
+            if key != "rps":
+                pc = C.summary(vals(mode, "coordinator", "added_paired_p50"))
+                pn = C.summary(vals(mode, "nginx", "added_paired_p50"))
+                extra["added_paired_p50_ms"] = {
+                    "coordinator": pc, "nginx": pn,
+                    "ratio": (pc["median"] / pn["median"]
+                              if pc and pn and pn["median"] > 0 else None)}
+            row = Row(id=f"gateway.{mode}.{key.replace('added_', '')}", group=GROUP,
                       workload=f"POST /v1/completions, {mode}", metric=metric, unit=unit,
                       better=better, motor=m, motor_label="coordinator",
                       peer_name=f"nginx {wrk.nginx_version() or ''} proxy".replace("  ", " "),
                       peer=p, reps=min(m["n"] if m else 0, p["n"] if p else 0),
-                      target=target, notes=notes,
-                      extra={"direct": runs.get((mode, "direct"), []),
-                             "coordinator": runs.get((mode, "coordinator"), []),
-                             "nginx": runs.get((mode, "nginx"), [])})
+                      target=target, notes=[lat_note if key != "rps" else thr_note],
+                      extra=extra)
             if m is None or p is None:
-                row.status = "pending" if why else "error"
-                row.reason = why or err or "no data"
+                w = why if key == "rps" else why_lat
+                row.status = "pending" if w else "error"
+                row.reason = w or err or "no data"
             rows.append(row)
     return rows
