@@ -925,7 +925,10 @@ static bool token(const char *s)
 static struct httpc_req *req_new(struct httpc_native *n, size_t out_len, httpc_done_cb done,
                                  void *arg)
 {
-    struct httpc_req *q = xcalloc(1, sizeof(*q) + out_len);
+    /* build() writes all out_len bytes of the request: only the struct needs zeroing
+     * (the body can be megabytes). */
+    struct httpc_req *q = xmalloc(sizeof(*q) + out_len);
+    memset(q, 0, sizeof(*q));
     q->n = n;
     q->done = done;
     q->arg = arg;

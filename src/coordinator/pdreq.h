@@ -48,7 +48,8 @@ bool pdreq_strip_response(json_t *resp);
 bool pdreq_has_internal(const char *data, size_t len);
 
 /* Estimated tokens of a request for the balancer: prompt characters / 4 (+ max_tokens
- * unless prefill_only). Never below 1. */
+ * unless prefill_only). Never below 1. The proxy computes the same figure without a
+ * tree (reqscan_estimate_tokens); this is the definition the tests hold it to. */
 int64_t pdreq_estimate_tokens(const json_t *req, bool prefill_only);
 
 #endif
