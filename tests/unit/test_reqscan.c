@@ -228,6 +228,11 @@ static const struct body requests[] = {
        "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[]}]}"),
     OK("{\"str\\u0065am\":true,\"\\u006dodel\":\"m\\u00e9\\ud83d\\ude00\","
        "\"max_\\u0074okens\":5}"),
+    /* every byte of a key escaped: 126 raw bytes, 21 decoded; escaped counted keys */
+    OK("{\"\\u006d\\u0061\\u0078\\u005f\\u0063\\u006f\\u006d\\u0070\\u006c\\u0065\\u0074"
+       "\\u0069\\u006f\\u006e\\u005f\\u0074\\u006f\\u006b\\u0065\\u006e\\u0073\":42,"
+       "\"\\u0070rompt\":[{\"c\\u006fntent\":\"abc\",\"te\\u0078t\":\"de\"}],"
+       "\"max_tokens_but_longer_than_the_key_buffer_of_32\":1,\"m\\u006fdel\":2}"),
     OK("{\"model\":\"caf\\u00e9\",\"prompt\":\"\\\"q\\\" \\\\ \\/ \\b\\f\\n\\r\\t\"}"),
     OK("{\"model\":\"\\uD834\\uDD1E clef\",\"prompt\":\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\"}"),
     OK("{\"model\":\"a\",\"model\":\"b\",\"stream\":1,\"stream\":false,"
