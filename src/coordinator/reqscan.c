@@ -220,6 +220,15 @@ static void decode_string(const struct val *v, char *out)
     *o = '\0';
 }
 
+/* jansson reads one byte past a number or a literal (true, false, null) and pushes it
+ * back into its look-ahead buffer, which is NUL-terminated: a NUL byte pushed back reads
+ * as "buffer empty" and is lost. So json_loadb accepts "1\0" and "[true\0]" — exactly
+ * one NUL right after such a token vanishes — and the scanner must accept them too. */
+static const unsigned char *skip_pushed_back_nul(const unsigned char *p, const unsigned char *end)
+{
+    return p < end && *p == '\0' ? p + 1 : p;
+}
+
 static bool is_digit(int c)
 {
     return c >= '0' && c <= '9';
@@ -264,7 +273,7 @@ static int scan_number(struct scan *s, struct val *v)
             p++;
         real = true;
     }
-    s->p = p;
+    s->p = skip_pushed_back_nul(p, end);
     if (!real) {
         /* Accumulate negatively: INT64_MIN has no positive counterpart. */
         int64_t acc = 0;
@@ -301,7 +310,7 @@ static int expect_word(struct scan *s, const char *word, size_t n, enum reqscan_
 {
     if ((size_t)(s->end - s->p) < n || memcmp(s->p, word, n) != 0)
         return fail(s, s->p, "invalid token");
-    s->p += n;
+    s->p = skip_pushed_back_nul(s->p + n, s->end);
     v->type = t;
     return 0;
 }
