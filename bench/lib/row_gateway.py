@@ -5,7 +5,8 @@ One `motor engine-sim --tokens-per-second 0 --ttft-ms 0` engine; nginx (upstream
 with keep-alive, proxy_buffering off so SSE is not held back) and `motor coordinator`
 (the engine registered through POST /instances/refresh on its management port) in front
 of it, both with 2 workers. POST /v1/completions (max_tokens 16) directly to the engine,
-through nginx and through the coordinator, non-streaming and streaming.
+through nginx and through the coordinator, non-streaming and streaming, and non-streaming
+with a 16 KiB prompt (the coordinator reads the body to route it; nginx only forwards it).
 
 Latency: motor-latprobe (bench/latprobe.c, built next to motor), all three targets in ONE
 run per mode and repetition: one keep-alive connection each, one request at a time, the
@@ -30,6 +31,9 @@ from .report import Row
 GROUP = "Gateway: coordinator vs nginx reverse proxy"
 WORKERS = 2
 MAX_TOKENS = 16
+# The long-prompt mode: a realistic prompt size (about 4k tokens), which the coordinator
+# must read to route while nginx only forwards it.
+LONG_PROMPT = ("Summarise the following text in one sentence. " * 350)[:16384]
 
 
 def _why_not(ctx: Ctx) -> Optional[str]:
@@ -49,6 +53,9 @@ def _nginx_conf(port: int, engine_port: int) -> str:
     server {{
         listen 127.0.0.1:{port} reuseport;
         keepalive_requests 1000000;
+        # Prompts above the default 16 KiB would go to a temporary file first (tens of
+        # ms): an operator fronting LLM engines keeps request bodies in memory.
+        client_body_buffer_size 1m;
         location / {{
             proxy_pass http://engines;
             proxy_http_version 1.1;
@@ -66,7 +73,10 @@ def run(ctx: Ctx) -> list[Row]:
     why = _why_not(ctx)
     probe = latprobe.find(ctx.motor)
     why_lat = why or (None if probe else latprobe.missing_reason(ctx.motor))
-    modes = (("non-stream", False), ("stream", True))
+    # (row id part, workload label, stream, prompt)
+    modes = (("non-stream", "non-stream", False, "benchmark prompt"),
+             ("stream", "stream", True, "benchmark prompt"),
+             ("long-prompt", "non-stream, 16 KiB prompt", False, LONG_PROMPT))
     names = ["direct", "nginx", "coordinator"]  # the probe's reference comes first
     runs: dict[tuple[str, str], list[dict]] = {}
     err = None
@@ -99,8 +109,8 @@ def run(ctx: Ctx) -> list[Row]:
                 if st != 200:
                     raise RuntimeError(f"{url}: {st} {b[:200]!r}")
             for rep in range(ctx.reps):
-                for mode, stream in modes:
-                    req = {"model": "m", "prompt": "benchmark prompt", "max_tokens": MAX_TOKENS,
+                for mode, _, stream, prompt in modes:
+                    req = {"model": "m", "prompt": prompt, "max_tokens": MAX_TOKENS,
                            "stream": stream}
                     order = names[::-1] if rep % 2 else names
                     if rep == 0:  # warm-up: connection pools, caches
@@ -152,8 +162,10 @@ def run(ctx: Ctx) -> list[Row]:
                 C.log(f"  swept {len(swept)} leftover process(es)")
 
     lat_note = (f"Gateway: one engine simulator (--tokens-per-second 0 --ttft-ms 0), nginx "
-                f"(upstream keep-alive, proxy_buffering off) and the coordinator, {WORKERS} "
-                f"workers each; POST /v1/completions max_tokens {MAX_TOKENS}. Latency: "
+                f"(upstream keep-alive, proxy_buffering off, client_body_buffer_size 1m) and the "
+                f"coordinator, {WORKERS} workers each; POST /v1/completions max_tokens "
+                f"{MAX_TOKENS} with a two-word prompt, or (long-prompt rows) a 16 KiB one. "
+                f"Latency: "
                 f"motor-latprobe, one run per mode and repetition covering direct, nginx and "
                 f"coordinator: one keep-alive connection per target, one request at a time, "
                 f"500 warm-up requests per target, then {ctx.gw_requests} timed requests per "
@@ -173,7 +185,7 @@ def run(ctx: Ctx) -> list[Row]:
     def vals(mode: str, who: str, key: str) -> list:
         return [r.get(key) for r in runs.get((mode, who), [])]
 
-    for mode, _ in modes:
+    for mode, label, _, _ in modes:
         specs = [("added p50", "added_p50", "ms", "lower", "≤ 1.2 × nginx"),
                  ("added p99", "added_p99", "ms", "lower", "≤ 1.2 × nginx"),
                  ("req/s", "rps", "req/s", "higher", None)]
@@ -191,7 +203,7 @@ def run(ctx: Ctx) -> list[Row]:
                     "ratio": (pc["median"] / pn["median"]
                               if pc and pn and pn["median"] > 0 else None)}
             row = Row(id=f"gateway.{mode}.{key.replace('added_', '')}", group=GROUP,
-                      workload=f"POST /v1/completions, {mode}", metric=metric, unit=unit,
+                      workload=f"POST /v1/completions, {label}", metric=metric, unit=unit,
                       better=better, motor=m, motor_label="coordinator",
                       peer_name=f"nginx {wrk.nginx_version() or ''} proxy".replace("  ", " "),
                       peer=p, reps=min(m["n"] if m else 0, p["n"] if p else 0),

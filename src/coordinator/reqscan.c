@@ -103,6 +103,23 @@ static size_t utf8_len(unsigned cp)
     return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
 }
 
+/* True when none of the 8 bytes at p ends a plain ASCII run in a string: no control
+ * character, no byte >= 0x80, no quote, no backslash. Bit tricks over a 64-bit word
+ * (each term is nonzero exactly when some byte matches): a prompt is kilobytes of text,
+ * and a byte-at-a-time loop costs the proxy microseconds nginx does not spend. */
+static inline bool plain8(const unsigned char *p)
+{
+    const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+    uint64_t x, quote, bslash;
+    memcpy(&x, p, sizeof(x));
+    quote = x ^ (ones * '"');
+    bslash = x ^ (ones * '\\');
+    uint64_t below_space = (x - ones * 0x20) & ~x;
+    uint64_t is_quote = (quote - ones) & ~quote;
+    uint64_t is_bslash = (bslash - ones) & ~bslash;
+    return ((below_space | is_quote | is_bslash | x) & highs) == 0;
+}
+
 /* At the opening quote. Validates the string and fills v (type, raw span, unescaped
  * length); leaves p after the closing quote. */
 static int scan_string(struct scan *s, struct val *v)
@@ -113,8 +130,10 @@ static int scan_string(struct scan *s, struct val *v)
     v->escaped = false;
     size_t len = 0;
     for (;;) {
-        /* The common case, plain ASCII text, in a tight loop. */
+        /* The common case, plain ASCII text: eight bytes at a time, then byte by byte. */
         const unsigned char *run = p;
+        while (end - p >= 8 && plain8(p))
+            p += 8;
         while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\')
             p++;
         len += (size_t)(p - run);

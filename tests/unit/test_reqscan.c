@@ -664,6 +664,42 @@ static void test_release_twice(void **state)
     reqscan_release(&s);
 }
 
+/* The scanner reads plain ASCII eight bytes at a time: a byte that ends the plain run
+ * (quote, backslash, control, non-ASCII) must be seen at every offset of the word, with
+ * runs of every length before and after it. */
+static void test_word_boundaries(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *bytes;
+        bool ok;
+    } specials[] = {
+        {"\"", false},       /* ends the prompt early: what follows is not JSON */
+        {"\\n", true},       /* an escape */
+        {"\\u00e9", true},   /* an escape that decodes to two bytes */
+        {"\x01", false},     /* a control character */
+        {"\x7f", true},      /* DEL is plain */
+        {"\xc3\xa9", true},  /* é */
+        {"\x80", false},     /* a lone continuation byte */
+        {"\xe2\x82", false}, /* a cut sequence */
+    };
+    char body[128];
+    for (size_t k = 0; k < sizeof(specials) / sizeof(specials[0]); k++) {
+        for (int before = 0; before < 20; before++) {
+            for (int after = 0; after < 12; after++) {
+                int n = snprintf(body, sizeof(body), "{\"prompt\":\"%.*s%s%.*s\",\"model\":\"m\"}",
+                                 before, "abcdefghijklmnopqrstuvwxyz", specials[k].bytes, after,
+                                 "ABCDEFGHIJKLMNOPQRSTUVWXYZ");
+                assert_true(n > 0 && (size_t)n < sizeof(body));
+                bool ok = check_same(body, (size_t)n);
+                if (ok != specials[k].ok)
+                    fail_msg("special %zu at offset %d (+%d after): jansson %s", k, before, after,
+                             ok ? "accepts" : "rejects");
+            }
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -671,6 +707,7 @@ int main(void)
         cmocka_unit_test(test_truncated),       cmocka_unit_test(test_depth),
         cmocka_unit_test(test_expected_values), cmocka_unit_test(test_errors),
         cmocka_unit_test(test_large_body),      cmocka_unit_test(test_release_twice),
+        cmocka_unit_test(test_word_boundaries),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
