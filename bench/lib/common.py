@@ -376,6 +376,37 @@ class Session:
         self.procs.append((p, stop))
         return p
 
+    def pids(self) -> list[int]:
+        """Every live process this session started, with all their descendants."""
+        children: dict[int, list[int]] = {}
+        for pid in all_pids():
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(pid)
+        out, todo = [], [p.pid for p, _ in self.procs if p.poll() is None]
+        while todo:
+            pid = todo.pop()
+            out.append(pid)
+            todo.extend(children.get(pid, []))
+        return out
+
+    def set_affinity(self, cpus: Optional[set[int]] = None) -> None:
+        """Run every thread of every process of this session on cpus (None: all CPUs)."""
+        cpus = cpus or set(range(os.cpu_count() or 1))
+        for pid in self.pids():
+            try:
+                tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+            except OSError:
+                continue
+            for tid in tids:
+                try:
+                    os.sched_setaffinity(tid, cpus)
+                except OSError:
+                    pass  # the thread ended meanwhile
+
     def track_cmdline(self, argv: list[str]) -> bytes:
         """Sweep any process running exactly argv at close (supervised children)."""
         b = cmdline_bytes(argv)

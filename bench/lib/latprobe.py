@@ -28,9 +28,10 @@ def missing_reason(motor: str) -> str:
 
 
 def run(probe: str, targets: list[tuple[str, int]], body: dict, requests: int, batch: int,
-        tmp: str, path: str = "/v1/completions") -> dict:
-    """One interleaved run over targets (the first is the reference). Returns the probe's
-    JSON with `by_name` added: {name: target dict}. Raises RuntimeError on failure."""
+        tmp: str, path: str = "/v1/completions", cpus: Optional[set[int]] = None) -> dict:
+    """One interleaved run over targets (the first is the reference), the probe on cpus
+    when given. Returns the probe's JSON with `by_name` added: {name: target dict}.
+    Raises RuntimeError on failure."""
     bf = os.path.join(tmp, "latprobe-body.json")
     with open(bf, "w") as f:
         json.dump(body, f)
@@ -38,8 +39,9 @@ def run(probe: str, targets: list[tuple[str, int]], body: dict, requests: int, b
            "--body-file", bf] + [f"{n}={p}" for n, p in targets]
     # a generous bound: 5 ms per request would already be 25x what this machine takes
     timeout = 120 + requests * len(targets) * 0.005
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                         start_new_session=True)
+                         start_new_session=True, preexec_fn=pin)
     if out.returncode != 0:
         raise RuntimeError(f"{NAME} failed ({out.returncode}): {out.stderr.strip()[:400]}")
     try:
