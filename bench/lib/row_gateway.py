@@ -31,13 +31,15 @@ from .report import Row
 GROUP = "Gateway: coordinator vs nginx reverse proxy"
 WORKERS = 2
 MAX_TOKENS = 16
-# Latency is probed twice per mode: every process of the row (engine, both proxies, the
-# probe) on CPU 0, then free. On one CPU each hand-off is a plain context switch and the
+# Latency is probed twice per mode: free placement, then every process of the row
+# (engine, both proxies, the probe) on CPU 0. On one CPU each hand-off is a plain context switch and the
 # figure is the proxy's own work per request, reproducible to ~1 us; free placement adds
 # the machine's cross-CPU wake-ups (about 35 us each on this VM, measured: the probe and
 # the engine alone take 13 us per request on one CPU, 90 us on two), which land on
 # whichever hops the scheduler happened to split.
-PLACEMENTS = (("", {0}), ("free_", None))
+# Free placement runs first: right after a pinned run the scheduler keeps everything on
+# CPU 0 for a while, which is neither placement.
+PLACEMENTS = (("free_", None), ("", {0}))
 # The long-prompt mode: a realistic prompt size (about 4k tokens), which the coordinator
 # must read to route while nginx only forwards it.
 LONG_PROMPT = ("Summarise the following text in one sentence. " * 350)[:16384]
@@ -178,10 +180,10 @@ def run(ctx: Ctx) -> list[Row]:
                 f"coordinator, {WORKERS} workers each; POST /v1/completions max_tokens "
                 f"{MAX_TOKENS} with a two-word prompt, or (long-prompt rows) a 16 KiB one. "
                 f"Latency: "
-                f"motor-latprobe, two runs per mode and repetition (every process of the row "
-                f"pinned to CPU 0: the proxy's own work per request, cross-CPU wake-ups "
-                f"excluded; then free placement, which adds this VM's ~35 us cross-CPU "
-                f"wake-ups wherever the scheduler splits a hop), each covering direct, nginx and "
+                f"motor-latprobe, two runs per mode and repetition (free placement, which adds "
+                f"this VM's ~35 us cross-CPU wake-ups wherever the scheduler splits a hop; "
+                f"then every process of the row pinned to CPU 0: the proxy's own work per "
+                f"request, cross-CPU wake-ups excluded), each covering direct, nginx and "
                 f"coordinator: one keep-alive connection per target, one request at a time, "
                 f"500 warm-up requests per target, then {ctx.gw_requests} timed requests per "
                 f"target in batches of {ctx.gw_batch}, the targets interleaved batch by batch "
