@@ -460,6 +460,7 @@ struct httpd *httpd_new(struct reactor *r, const struct httpd_config *cfg)
     h->name = xstrdup(cfg->name ? cfg->name : "httpd");
     h->max_body = cfg->max_body ? cfg->max_body : HTTPD_DEFAULT_MAX_BODY;
     h->idle_timeout_s = cfg->idle_timeout_s ? cfg->idle_timeout_s : 60;
+    h->min_rate = HTTPD_MIN_RATE;
     h->max_connections = cfg->max_connections ? cfg->max_connections : 1024;
     h->api_key = xstrdup(cfg->api_key);
     h->api_key_header =
@@ -521,6 +522,11 @@ void httpd_free(struct httpd *h)
     while (h->live)
         httpd_req_finish(h->live, false);
     free_config(h);
+}
+
+void httpd_set_min_rate(struct httpd *h, unsigned bytes_per_s)
+{
+    h->min_rate = bytes_per_s ? bytes_per_s : HTTPD_MIN_RATE;
 }
 
 uint16_t httpd_port(const struct httpd *h)

@@ -55,8 +55,9 @@ struct httpd_config {
     uint16_t port;             /* 0 = ephemeral; read it back with httpd_port() */
     size_t max_body;           /* request body cap in bytes; 0 = 1 MiB */
     unsigned idle_timeout_s;   /* idle keep-alive connections closed after; 0 = 60. Also the
-                                * time a client has to send a request (head and body) before
-                                * it must keep up 500 B/s on average (plain listeners) */
+                                * time a client has to send a request (head and body), or
+                                * to take an answer the socket holds back, before it must
+                                * keep up 500 B/s on average (plain listeners) */
     unsigned max_connections;  /* 0 = 1024 */
     bool reuse_port;           /* SO_REUSEPORT: several servers (threads) on one port */
     /* TLS: enabled when cert_file and key_file are set (PEM). ca_file (optional) makes

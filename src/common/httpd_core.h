@@ -29,6 +29,9 @@
 /* After an oversize upload we keep reading (and discarding) up to this much more so
  * the client can still read the 413; beyond it the connection is dropped. */
 #define HTTPD_DISCARD_MAX ((size_t)16 << 20)
+/* Slow clients: after the first idle timeout a request must arrive, and held-back output
+ * must drain, at this average rate (bytes per second; plain listeners). */
+#define HTTPD_MIN_RATE 500
 
 struct httpd_kv {
     const char *name;
@@ -52,6 +55,7 @@ struct httpd {
     char *name;
     size_t max_body;
     unsigned idle_timeout_s;
+    unsigned min_rate; /* HTTPD_MIN_RATE; tests raise it (httpd_set_min_rate) */
     unsigned max_connections;
     uint16_t port;
     bool stopping; /* httpd_free in progress: handlers no longer run */

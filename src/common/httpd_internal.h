@@ -61,6 +61,13 @@ enum httpd_match httpd_routes_find(const struct httpd_route_entry *routes, size_
                                    const char *method, const char *path, size_t *idx,
                                    struct httpd_params *params, char *allow, size_t cap);
 
+/* The average rate (bytes per second, 0 = the default 500) a slow client must keep up
+ * after the first idle timeout, sending a request or reading an answer (plain
+ * listeners). For tests: on loopback the kernel wakes a writer only after tens of KiB
+ * drained, so a reader slower than 500 B/s yet never idle for a whole timeout needs a
+ * long timeout; a higher rate shows the same rule in a second. */
+void httpd_set_min_rate(struct httpd *h, unsigned bytes_per_s);
+
 /* ---- request head parser (httpd_parse.c) ------------------------------------------ */
 
 /* A request head (request line + header block + blank line) larger than this is
@@ -78,8 +85,16 @@ struct httpd_hdr_view { /* views into the parsed buffer, not NUL-terminated */
 struct httpd_head {
     const char *method;
     size_t method_len;
-    const char *target; /* origin-form: starts with '/' */
+    /* Path and query. Origin-form: the whole target (starts with '/'). Absolute-form
+     * ("http://authority/path?q", scheme http or https in any case): what follows the
+     * authority, which may be empty or start with '?' (the path is then "/"). */
+    const char *target;
     size_t target_len;
+    bool absolute_form;
+    /* The authority of an absolute-form target, else the Host header's value (possibly
+     * empty); NULL when there is neither (HTTP/1.0 only: HTTP/1.1 requires a Host). */
+    const char *host;
+    size_t host_len;
     int minor; /* HTTP/1.<minor>: 0 or 1 */
     size_t nhdrs;
     struct httpd_hdr_view hdrs[HTTPD_MAX_HEADERS];
@@ -93,7 +108,10 @@ struct httpd_head {
 
 /* Parse a request head from buf[0..len). Returns the head's length in bytes (> 0,
  * blank line included; empty lines before the request line are skipped and counted)
- * once complete; 0 when more bytes are needed; or -EINVAL (malformed: answer 400),
+ * once complete; 0 when more bytes are needed; or -EINVAL (malformed: answer 400 —
+ * this includes an HTTP/1.1 request without Host and not in absolute-form, more than
+ * one Host, a Host or authority with characters no host:port has, an absolute-form
+ * target with another scheme, an empty host or userinfo; RFC 9112 §3.2, §3.2.2),
  * -EMSGSIZE (head above HTTPD_HEAD_MAX or too many headers: 431), -ENOTSUP (a
  * Transfer-Encoding other than chunked: 501), -EPROTONOSUPPORT (not HTTP/1.x: 505).
  * Never reads beyond buf[len-1]. Line ends may be CRLF or a bare LF. */

@@ -15,7 +15,15 @@
  *
  * A client that goes away while its request waits for an answer or stream data is
  * noticed from EPOLLRDHUP/EPOLLHUP at once (a client that half-closes after sending
- * its request counts as gone; HTTP clients do not do that in practice). */
+ * its request counts as gone; HTTP clients do not do that in practice).
+ *
+ * Slow clients: after the first idle timeout a request must keep arriving, and an answer
+ * the socket will not take must keep draining, at HTTPD_MIN_RATE on average, or the
+ * connection is closed (the request then ends with client_gone). A stream with nothing
+ * to send is waiting for its producer, not for the client: only unsent bytes count.
+ *
+ * Every answer carries Date (RFC 9110 §6.6.1), formatted at most once a second per
+ * server and reused in between, as nginx does. */
 #include "common/httpd_core.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -31,6 +39,7 @@
 #include <strings.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #define NATIVE_ACCEPT_BATCH 64         /* accepts per listener event (fairness) */
@@ -40,14 +49,20 @@
 #define NATIVE_LINGER_BYTES (256u << 10)
 #define NATIVE_OUT_KEEP (64u << 10)    /* larger output buffers are freed when drained */
 #define NATIVE_OUT_MAX (3 * HTTPD_STREAM_MAX)
-/* Reading a request: after the first idle_timeout_s, head and body must keep arriving at
- * this average rate. The idle timer alone is reset by every byte, so a client sending
- * one byte a minute (slowloris) held a connection slot forever. */
-#define NATIVE_MIN_RATE 500 /* bytes per second */
+/* Slow clients (h->min_rate, HTTPD_MIN_RATE = 500 B/s): reading a request, after the
+ * first idle_timeout_s head and body must keep arriving at that average rate. The idle
+ * timer alone is reset by every byte, so a client sending one byte a minute (slowloris)
+ * held a connection slot forever. Writing an answer: the same rate, counted from the
+ * first time the socket refused output, for the same reason (a client reading a big or
+ * streamed answer slowly: the kernel wakes a writer only once a good part of its send
+ * buffer has drained, so with the default 60 s idle timeout a reader taking a few
+ * hundred bytes a second made progress often enough never to be idle). */
 /* A Content-Length body gets this much memory up front and grows (doubling, never past
  * the announced length) as bytes arrive: a head announcing max_body costs nothing until
  * the body is really sent, so heads alone cannot reserve max_connections × max_body. */
 #define NATIVE_BODY_FIRST (64u << 10)
+/* "\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\n": the status line's end comes with it */
+#define DATE_LINE_LEN 39
 
 enum conn_state {
     C_HEAD,    /* waiting for / reading a request head */
@@ -92,6 +107,9 @@ struct conn {
 
     int64_t last_io;
     int64_t read_deadline; /* the request being read must be complete by then; 0 = none */
+    /* Output is waiting for the socket: it must have drained by then (pushed back by
+     * every byte the client takes); 0 = nothing is held back. */
+    int64_t write_deadline;
     struct reactor_deferred run;
 };
 
@@ -104,6 +122,10 @@ struct native {
     struct reactor_deferred accept_more;
     struct reactor_timer rearm; /* turns the listener back on after a pause */
     bool paused;
+    /* "\r\nDate: <IMF-fixdate>\r\n" of the current second, valid until date_until (a
+     * reactor_now time: the next second boundary of the wall clock). */
+    int64_t date_until;
+    char date[DATE_LINE_LEN + 1];
 };
 
 static void conn_run(struct conn *c);
@@ -268,6 +290,74 @@ static void on_rearm(struct reactor *r, void *arg)
 
 /* ---- output --------------------------------------------------------------------------------- */
 
+static void put2(char *p, unsigned v)
+{
+    p[0] = (char)('0' + v / 10 % 10);
+    p[1] = (char)('0' + v % 10);
+}
+
+/* The Date line of this second, after the CRLF that ends the status line (one append
+ * for both): formatted when the second changes, so gmtime runs once a second at most
+ * however many answers go out. The reactor's clock is the one taken when this loop
+ * pass began, so a pass that straddles a second may stamp the one before (by the
+ * pass's length at worst); a refresh that comes early formats the same second again. */
+static const char *date_line(struct native *n)
+{
+    int64_t now = reactor_now(n->h->r);
+    if (now < n->date_until)
+        return n->date;
+    static const char days[] = "SunMonTueWedThuFriSat";
+    static const char months[] = "JanFebMarAprMayJunJulAugSepOctNovDec";
+    struct timespec ts;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    if (!gmtime_r(&ts.tv_sec, &tm)) {
+        memset(&tm, 0, sizeof(tm));
+        tm.tm_year = 70;
+        tm.tm_mday = 1;
+        tm.tm_wday = 4;
+    }
+    char *p = n->date + 2;
+    memcpy(n->date, "\r\nDate: ", 8);
+    memcpy(p + 6, days + 3 * tm.tm_wday, 3);
+    memcpy(p + 9, ", ", 2);
+    put2(p + 11, (unsigned)tm.tm_mday);
+    p[13] = ' ';
+    memcpy(p + 14, months + 3 * tm.tm_mon, 3);
+    p[17] = ' ';
+    unsigned y = (unsigned)(tm.tm_year + 1900) % 10000;
+    put2(p + 18, y / 100);
+    put2(p + 20, y % 100);
+    p[22] = ' ';
+    put2(p + 23, (unsigned)tm.tm_hour);
+    p[25] = ':';
+    put2(p + 26, (unsigned)tm.tm_min);
+    p[28] = ':';
+    put2(p + 29, (unsigned)tm.tm_sec);
+    memcpy(p + 31, " GMT\r\n", 6);
+    n->date[DATE_LINE_LEN] = '\0';
+    /* valid until the wall clock's next whole second, measured on the monotonic clock */
+    n->date_until = now + 1000 - ts.tv_nsec / 1000000;
+    return n->date;
+}
+
+/* n more bytes moved: a deadline that is not yet set opens a window of idle_timeout_s;
+ * a set one moves on by 1/min_rate s per byte (never beyond a full window from now), so
+ * only a client slower than min_rate on average runs out of time. */
+static void rate_progress(struct conn *c, int64_t *deadline, size_t n)
+{
+    struct httpd *h = c->n->h;
+    int64_t now = reactor_now(h->r);
+    int64_t window = (int64_t)h->idle_timeout_s * 1000;
+    if (!*deadline) {
+        *deadline = now + window;
+        return;
+    }
+    *deadline += (int64_t)MOTOR_MIN(n, (size_t)1 << 30) * 1000 / h->min_rate;
+    if (*deadline > now + window)
+        *deadline = now + window;
+}
+
 static size_t out_pending(const struct conn *c)
 {
     return c->out.len - c->out_off + c->tail_len - c->tail_off;
@@ -290,17 +380,23 @@ static int conn_flush(struct conn *c)
                 continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) {
                 c->writable = false;
+                if (!c->write_deadline) /* held back from now on: the clock starts */
+                    rate_progress(c, &c->write_deadline, 0);
                 return 0;
             }
             return -EPIPE;
         }
         c->last_io = reactor_now(c->n->h->r);
+        if (c->write_deadline)
+            rate_progress(c, &c->write_deadline, (size_t)w);
         size_t left = (size_t)w;
         size_t o = MOTOR_MIN(left, c->out.len - c->out_off);
         c->out_off += o;
         left -= o;
         c->tail_off += left;
     }
+    if (out_pending(c) == 0)
+        c->write_deadline = 0; /* nothing held back: an idle stream is not a slow client */
     if (c->out_off == c->out.len) {
         if (c->out.cap > NATIVE_OUT_KEEP)
             strbuf_release(&c->out);
@@ -323,7 +419,7 @@ static void put_head(struct conn *c, struct httpd_req *req, bool chunked, size_t
     strbuf_put_u64(o, (unsigned)req->status);
     strbuf_putc(o, ' ');
     strbuf_puts(o, *reason ? reason : "Status");
-    strbuf_puts(o, "\r\n");
+    strbuf_append(o, date_line(c->n), DATE_LINE_LEN); /* CRLF, Date */
     strbuf_append(o, req->rhdrs.buf ? req->rhdrs.buf : "", req->rhdrs.len);
     if (chunked)
         strbuf_puts(o, "Transfer-Encoding: chunked\r\n");
@@ -406,10 +502,12 @@ static void conn_error(struct conn *c, int status, const char *detail)
     const char *reason = httpd_status_text(status);
     char body[128];
     int bl = snprintf(body, sizeof(body), "{\"detail\":\"%s\"}", detail);
+    strbuf_appendf(&c->out, "HTTP/1.1 %d %s", status, reason);
+    strbuf_append(&c->out, date_line(c->n), DATE_LINE_LEN);
     strbuf_appendf(&c->out,
-                   "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                   "Content-Type: application/json\r\nContent-Length: %d\r\n"
                    "Connection: close\r\n\r\n%s",
-                   status, reason, bl, body);
+                   bl, body);
     c->close_after = true;
     c->keep_alive = false;
     log_debug("http_bad_request", LF_STR("server", c->n->h->name), LF_INT("status", status),
@@ -453,20 +551,10 @@ static void rbuf_consume(struct conn *c, size_t n)
     c->rlen -= n;
 }
 
-/* n bytes of the request being read arrived: the first ones open a window of
- * idle_timeout_s, each later byte extends it by 1/NATIVE_MIN_RATE s (never beyond a full
- * window from now), so only a client slower than NATIVE_MIN_RATE runs out of time. */
+/* n bytes of the request being read arrived (the first ones start its clock). */
 static void read_progress(struct conn *c, size_t n)
 {
-    int64_t now = reactor_now(c->n->h->r);
-    int64_t window = (int64_t)c->n->h->idle_timeout_s * 1000;
-    if (!c->read_deadline) {
-        c->read_deadline = now + window;
-        return;
-    }
-    c->read_deadline += (int64_t)MOTOR_MIN(n, (size_t)1 << 30) * 1000 / NATIVE_MIN_RATE;
-    if (c->read_deadline > now + window)
-        c->read_deadline = now + window;
+    rate_progress(c, &c->read_deadline, n);
 }
 
 static void start_app(struct conn *c)
@@ -481,6 +569,28 @@ static void send_continue(struct conn *c)
     strbuf_puts(&c->out, "HTTP/1.1 100 Continue\r\n\r\n");
 }
 
+/* An absolute-form target's authority takes the place of Host (RFC 9112 §3.2.2: a
+ * received Host is ignored), so handlers asking for "Host" see what the client aimed
+ * at. The request was sized for one more header and the authority's bytes. */
+static void set_authority(struct httpd_req *req, const struct httpd_head *hd, char *a,
+                          size_t *off)
+{
+    char *v = a + *off;
+    memcpy(v, hd->host, hd->host_len);
+    v[hd->host_len] = '\0';
+    *off += hd->host_len + 1;
+    for (size_t i = 0; i < req->nhdrs; i++) {
+        if (strcasecmp(req->hdrs[i].name, "Host") == 0) {
+            req->hdrs[i].value = v;
+            return;
+        }
+    }
+    char *nm = a + *off;
+    memcpy(nm, "Host", 5);
+    *off += 5;
+    req->hdrs[req->nhdrs++] = (struct httpd_kv){nm, v};
+}
+
 /* A complete head of head_len bytes is at the front of rbuf: build the request. */
 static int start_request(struct conn *c, const struct httpd_head *hd, size_t head_len)
 {
@@ -491,14 +601,20 @@ static int start_request(struct conn *c, const struct httpd_head *hd, size_t hea
     size_t qs_len = qmark ? hd->target_len - path_len - 1 : 0;
     size_t nq = httpd_query_count(qs, qs_len);
     size_t arena = head_len + 2 * hd->nhdrs + 2 * nq + 16;
-    struct httpd_req *req = httpd_req_new(h, c, hd->nhdrs, nq, arena);
+    /* absolute-form: room for a "Host" entry carrying the authority, and for the "/"
+     * of an empty path */
+    size_t nh = hd->nhdrs + (hd->absolute_form ? 1 : 0);
+    if (hd->absolute_form)
+        arena += hd->host_len + 16;
+    struct httpd_req *req = httpd_req_new(h, c, nh, nq, arena);
     char *a = req->arena;
     size_t off = 0;
     memcpy(a, hd->method, hd->method_len);
     a[hd->method_len] = '\0';
     req->method = a;
     off += hd->method_len + 1;
-    int pl = httpd_url_decode(a + off, hd->target, path_len, false);
+    int pl = path_len ? httpd_url_decode(a + off, hd->target, path_len, false)
+                      : httpd_url_decode(a + off, "/", 1, false); /* "http://h?q" */
     if (pl < 0) {
         httpd_req_finish(req, true);
         conn_error(c, 400, "Bad Request");
@@ -521,6 +637,8 @@ static int start_request(struct conn *c, const struct httpd_head *hd, size_t hea
         req->hdrs[i] = (struct httpd_kv){nm, val};
     }
     req->nhdrs = hd->nhdrs;
+    if (hd->absolute_form)
+        set_authority(req, hd, a, &off);
     memcpy(req->peer, c->peer, sizeof(req->peer));
     req->is_head = strcmp(req->method, "HEAD") == 0;
     c->req = req;
@@ -900,8 +1018,12 @@ static void on_sweep(struct reactor *r, void *arg)
         bool reading = (c->state == C_HEAD && c->rlen > 0) || c->state == C_BODY ||
                        c->state == C_DISCARD;
         bool too_slow = reading && c->read_deadline && now > c->read_deadline;
+        bool slow_reader = c->write_deadline && now > c->write_deadline && out_pending(c) > 0;
+        if (slow_reader) /* its request ends with client_gone: the producer stops */
+            log_debug("http_slow_reader", LF_STR("server", n->h->name), LF_STR("peer", c->peer),
+                      LF_INT("unsent", out_pending(c)));
         if (c->state == C_LINGER ? quiet > NATIVE_LINGER_MS
-                                 : too_slow || (!waiting_app && quiet > idle))
+                                 : too_slow || slow_reader || (!waiting_app && quiet > idle))
             conn_close(c, c->state == C_LINGER || !c->req);
     }
 }

@@ -6,7 +6,11 @@
  * folding, white space before a colon, a Transfer-Encoding other than "chunked" and,
  * inside a chunked body, any line end but CRLF are refused rather than guessed at.
  * (A bare LF still ends a head line, as RFC 9112 allows; chunk framing has no such
- * allowance, and proxies disagree about it there.) */
+ * allowance, and proxies disagree about it there.)
+ *
+ * Request targets: origin-form ("/path?q") and absolute-form ("http://host:port/path?q",
+ * which RFC 9112 §3.2.2 says a server MUST accept; its authority then replaces Host).
+ * An HTTP/1.1 request must carry exactly one Host (§3.2); HTTP/1.0 may omit it. */
 #include "common/httpd_internal.h"
 
 #include <errno.h>
@@ -64,6 +68,60 @@ static const char *line_end(const char *p, const char *end, size_t *content_len)
     return nl;
 }
 
+/* The bytes of host [":" port] (RFC 3986 reg-name, IPv4, "[IPv6]"): ALPHA DIGIT
+ * - . _ ~ % ! $ & ' ( ) * + , ; = : [ ] (test_parse_head checks every byte). Anything
+ * else ('/', '?', '#', '@', white space, quotes...) could make the host mean something
+ * else to a later reader (a log, a redirect, a proxy) than it meant here. A table:
+ * every request has a Host, and one load a byte is the cheapest test. */
+static const unsigned char host_chars[256] = {
+    ['A'] = 1, ['B'] = 1, ['C'] = 1, ['D'] = 1, ['E'] = 1, ['F'] = 1, ['G'] = 1, ['H'] = 1,
+    ['I'] = 1, ['J'] = 1, ['K'] = 1, ['L'] = 1, ['M'] = 1, ['N'] = 1, ['O'] = 1, ['P'] = 1,
+    ['Q'] = 1, ['R'] = 1, ['S'] = 1, ['T'] = 1, ['U'] = 1, ['V'] = 1, ['W'] = 1, ['X'] = 1,
+    ['Y'] = 1, ['Z'] = 1, ['a'] = 1, ['b'] = 1, ['c'] = 1, ['d'] = 1, ['e'] = 1, ['f'] = 1,
+    ['g'] = 1, ['h'] = 1, ['i'] = 1, ['j'] = 1, ['k'] = 1, ['l'] = 1, ['m'] = 1, ['n'] = 1,
+    ['o'] = 1, ['p'] = 1, ['q'] = 1, ['r'] = 1, ['s'] = 1, ['t'] = 1, ['u'] = 1, ['v'] = 1,
+    ['w'] = 1, ['x'] = 1, ['y'] = 1, ['z'] = 1, ['0'] = 1, ['1'] = 1, ['2'] = 1, ['3'] = 1,
+    ['4'] = 1, ['5'] = 1, ['6'] = 1, ['7'] = 1, ['8'] = 1, ['9'] = 1, ['-'] = 1, ['.'] = 1,
+    ['_'] = 1, ['~'] = 1, ['%'] = 1, ['!'] = 1, ['$'] = 1, ['&'] = 1, ['\''] = 1,
+    ['('] = 1, [')'] = 1, ['*'] = 1, ['+'] = 1, [','] = 1, [';'] = 1, ['='] = 1, [':'] = 1,
+    ['['] = 1, [']'] = 1
+};
+
+static bool host_valid(const char *s, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        if (!host_chars[(unsigned char)s[i]])
+            return false;
+    return true;
+}
+
+/* t[0..tl) is not origin-form: accept "http://authority[/path][?query]" (or https), the
+ * scheme in any case. The authority must be a non-empty host[:port] without userinfo
+ * (RFC 9110 §4.2.1: an http URI with an empty host is invalid; §4.2.4: userinfo is
+ * refused). Only asterisk-form and authority-form remain refused (no OPTIONS * or
+ * CONNECT here). */
+static int parse_absolute_form(const char *t, size_t tl, struct httpd_head *hd)
+{
+    size_t s;
+    if (tl > 7 && strncasecmp(t, "http://", 7) == 0)
+        s = 7;
+    else if (tl > 8 && strncasecmp(t, "https://", 8) == 0)
+        s = 8;
+    else
+        return -EINVAL;
+    size_t e = s;
+    while (e < tl && t[e] != '/' && t[e] != '?')
+        e++;
+    if (e == s || !host_valid(t + s, e - s))
+        return -EINVAL; /* '@' (userinfo) and '#' are not host characters */
+    hd->absolute_form = true;
+    hd->host = t + s;
+    hd->host_len = e - s;
+    hd->target = t + e;
+    hd->target_len = tl - e;
+    return 0;
+}
+
 static int parse_request_line(const char *p, size_t n, struct httpd_head *hd)
 {
     size_t i = 0;
@@ -80,10 +138,14 @@ static int parse_request_line(const char *p, size_t n, struct httpd_head *hd)
             return -EINVAL;
         i++;
     }
-    if (i == t || i >= n || p[t] != '/')
+    if (i == t || i >= n)
         return -EINVAL;
-    hd->target = p + t;
-    hd->target_len = i - t;
+    if (p[t] == '/') {
+        hd->target = p + t;
+        hd->target_len = i - t;
+    } else if (parse_absolute_form(p + t, i - t, hd) != 0) {
+        return -EINVAL;
+    }
     i++;
     const char *v = p + i;
     size_t vl = n - i;
@@ -110,9 +172,21 @@ static int parse_length(const char *v, size_t len, uint64_t *out)
     return 0;
 }
 
-static int header_semantics(struct httpd_head *hd, const struct httpd_hdr_view *h, bool *has_te)
+static int header_semantics(struct httpd_head *hd, const struct httpd_hdr_view *h, bool *has_te,
+                            bool *has_host)
 {
-    if (token_eq(h->name, h->name_len, "Content-Length")) {
+    /* every request has one: compared inline rather than through strncasecmp */
+    const char *nm = h->name;
+    if (h->name_len == 4 && (nm[0] | 0x20) == 'h' && (nm[1] | 0x20) == 'o' &&
+        (nm[2] | 0x20) == 's' && (nm[3] | 0x20) == 't') {
+        if (*has_host || !host_valid(h->value, h->value_len))
+            return -EINVAL; /* a second Host, or one no host[:port] looks like */
+        *has_host = true;
+        if (!hd->absolute_form) { /* else the target's authority wins (§3.2.2) */
+            hd->host = h->value;
+            hd->host_len = h->value_len;
+        }
+    } else if (token_eq(h->name, h->name_len, "Content-Length")) {
         uint64_t n = 0;
         if (parse_length(h->value, h->value_len, &n) != 0)
             return -EINVAL;
@@ -160,7 +234,7 @@ int httpd_parse_head(const char *buf, size_t len, struct httpd_head *hd)
         return rc;
     hd->keep_alive = hd->minor >= 1;
     p = nl + 1;
-    bool has_te = false;
+    bool has_te = false, has_host = false;
     for (;;) {
         nl = line_end(p, end, &n);
         if (!nl)
@@ -192,13 +266,15 @@ int httpd_parse_head(const char *buf, size_t len, struct httpd_head *hd)
         }
         h->value = p + i;
         h->value_len = e - i;
-        rc = header_semantics(hd, h, &has_te);
+        rc = header_semantics(hd, h, &has_te, &has_host);
         if (rc != 0)
             return rc;
         p = nl + 1;
     }
     if (hd->chunked && (hd->has_length || hd->minor == 0))
         return -EINVAL;
+    if (!hd->host && hd->minor >= 1)
+        return -EINVAL; /* HTTP/1.1 without Host */
     return (int)(nl + 1 - buf);
 
 incomplete:

@@ -5,7 +5,10 @@
  * so ASan reports any read past the input. Invariants checked:
  *   head: the length returned is within the input and within HTTPD_HEAD_MAX; every view
  *     lies inside the head; header count within its cap; names non-empty; no CR/LF in
- *     values; chunked excludes Content-Length; a complete head parses the same from any
+ *     values; chunked excludes Content-Length; an HTTP/1.1 head has a host; the target
+ *     is origin-form ('/...') or, for absolute-form, empty or '/...' or '?...' after a
+ *     non-empty authority free of '/', '?', '#', '@' and white space (so is the Host
+ *     header's value); a complete head parses the same from any
  *     longer input (more bytes never change a finished head), and a prefix of it never
  *     parses as complete with a different length;
  *   chunked: feeding the body in two pieces gives the same result, the same output and
@@ -40,11 +43,23 @@ static void check_head(const uint8_t *data, size_t size, size_t cut)
         size_t n = (size_t)rc;
         if (n > size || n > HTTPD_HEAD_MAX)
             abort();
-        if (hd.nhdrs > HTTPD_MAX_HEADERS || hd.method_len == 0 || hd.target_len == 0 ||
-            hd.target[0] != '/' || (hd.minor != 0 && hd.minor != 1))
+        if (hd.nhdrs > HTTPD_MAX_HEADERS || hd.method_len == 0 ||
+            (hd.minor != 0 && hd.minor != 1))
             abort();
+        if (hd.absolute_form ? hd.target_len > 0 && hd.target[0] != '/' && hd.target[0] != '?'
+                             : hd.target_len == 0 || hd.target[0] != '/')
+            abort();
+        if (hd.minor == 1 && !hd.host)
+            abort();
+        if (hd.absolute_form && hd.host_len == 0)
+            abort();
+        for (size_t i = 0; hd.host && i < hd.host_len; i++)
+            if (strchr("/?#@ \t\r\n", hd.host[i]))
+                abort();
         check_view(buf, n, hd.method, hd.method_len);
         check_view(buf, n, hd.target, hd.target_len);
+        if (hd.host)
+            check_view(buf, n, hd.host, hd.host_len);
         for (size_t i = 0; i < hd.nhdrs; i++) {
             const struct httpd_hdr_view *h = &hd.hdrs[i];
             if (h->name_len == 0)

@@ -10,6 +10,7 @@
 #include "common/util.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <setjmp.h>
@@ -21,6 +22,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -103,6 +105,42 @@ static void h_big_stream(struct httpd_req *req, void *arg)
      * goes out chunked rather than collapsed into one answer with a length */
 }
 
+#define BIG_RESP ((size_t)8 << 20) /* above the largest kernel send buffer (4 MiB) */
+
+/* One 8 MiB answer with a length (not a stream). */
+static void h_big_resp(struct httpd_req *req, void *arg)
+{
+    struct srv *s = arg;
+    s->handled++;
+    httpd_req_on_close(req, on_close, s);
+    char *buf = xmalloc(BIG_RESP);
+    memset(buf, 'y', BIG_RESP);
+    httpd_respond(req, 200, "application/octet-stream", buf, BIG_RESP);
+    free(buf);
+}
+
+/* A stream that sends "first" and then waits for the test (a model between tokens). */
+static void h_idle_stream(struct httpd_req *req, void *arg)
+{
+    struct srv *s = arg;
+    s->handled++;
+    s->held = req;
+    httpd_req_on_close(req, on_close, s);
+    httpd_stream_begin(req, 200, "text/event-stream");
+    assert_int_equal(httpd_stream_write(req, "first", 5), 0);
+}
+
+/* "<path>|<Host header>" */
+static void h_host(struct httpd_req *req, void *arg)
+{
+    struct srv *s = arg;
+    s->handled++;
+    const char *host = httpd_req_header(req, "Host");
+    char out[256];
+    int n = snprintf(out, sizeof(out), "%s|%s", httpd_req_path(req), host ? host : "(none)");
+    httpd_respond(req, 200, "text/plain", out, (size_t)n);
+}
+
 /* ---- plumbing -------------------------------------------------------------------------- */
 
 static void srv_start(struct srv *s, struct httpd_config *cfg)
@@ -118,6 +156,10 @@ static void srv_start(struct srv *s, struct httpd_config *cfg)
     httpd_route(s->h, "GET", "/p/{x}", h_path, s, 0);
     httpd_route(s->h, "GET", "/never", h_never, s, 0);
     httpd_route(s->h, "GET", "/big", h_big_stream, s, 0);
+    httpd_route(s->h, "GET", "/bigresp", h_big_resp, s, 0);
+    httpd_route(s->h, "GET", "/idle", h_idle_stream, s, 0);
+    httpd_route(s->h, "GET", "/host", h_host, s, 0);
+    httpd_route(s->h, "GET", "/", h_host, s, 0);
 }
 
 static void srv_stop(struct srv *s)
@@ -379,27 +421,28 @@ static void test_malformed_heads(void **state)
     struct srv s;
     struct httpd_config cfg = {.name = "t-malformed"};
     srv_start(&s, &cfg);
+    /* each with a Host, so that only the flaw named is what is refused */
     static const char *const bad400[] = {
         "GET\r\n\r\n",
-        "GET /ok\r\n\r\n",
-        "GET /ok HTTP/1.1 extra\r\n\r\n",
-        "GET ok HTTP/1.1\r\n\r\n",
-        "GET /o k HTTP/1.1\r\n\r\n",
-        "G(T /ok HTTP/1.1\r\n\r\n",
-        "GET /ok HTTP/1.1\r\nNo-Colon\r\n\r\n",
-        "GET /ok HTTP/1.1\r\nBad Name: x\r\n\r\n",
-        "GET /ok HTTP/1.1\r\nA: b\r\n folded\r\n\r\n",
-        "POST /echo HTTP/1.1\r\nContent-Length: 1x\r\n\r\n",
-        "POST /echo HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
-        "POST /echo HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
-        "GET /a%00b HTTP/1.1\r\n\r\n",
-        "GET /ok FTP/1.1\r\n\r\n",
+        "GET /ok\r\nHost: x\r\n\r\n",
+        "GET /ok HTTP/1.1 extra\r\nHost: x\r\n\r\n",
+        "GET ok HTTP/1.1\r\nHost: x\r\n\r\n",
+        "GET /o k HTTP/1.1\r\nHost: x\r\n\r\n",
+        "G(T /ok HTTP/1.1\r\nHost: x\r\n\r\n",
+        "GET /ok HTTP/1.1\r\nHost: x\r\nNo-Colon\r\n\r\n",
+        "GET /ok HTTP/1.1\r\nHost: x\r\nBad Name: x\r\n\r\n",
+        "GET /ok HTTP/1.1\r\nHost: x\r\nA: b\r\n folded\r\n\r\n",
+        "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1x\r\n\r\n",
+        "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
+        "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "GET /a%00b HTTP/1.1\r\nHost: x\r\n\r\n",
+        "GET /ok FTP/1.1\r\nHost: x\r\n\r\n",
     };
     for (size_t i = 0; i < ARRAY_LEN(bad400); i++)
         expect_status_and_close(&s, bad400[i], strlen(bad400[i]), "HTTP/1.1 400 ");
-    const char *v2 = "GET /ok HTTP/2.0\r\n\r\n";
+    const char *v2 = "GET /ok HTTP/2.0\r\nHost: x\r\n\r\n";
     expect_status_and_close(&s, v2, strlen(v2), "HTTP/1.1 505 ");
-    const char *te = "POST /echo HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n";
+    const char *te = "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n";
     expect_status_and_close(&s, te, strlen(te), "HTTP/1.1 501 ");
     /* a header block above 16 KiB: 431 */
     size_t big = 20 * 1024;
@@ -448,9 +491,10 @@ static void test_http10_and_keepalive(void **state)
     /* HTTP/1.1 "Connection: close" is honoured */
     fd = cli_connect(&s);
     strbuf_reset(&in);
-    cli_sends(&s, fd, "GET /ok HTTP/1.1\r\nConnection: close\r\n\r\n");
+    cli_sends(&s, fd, "GET /ok HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     cli_read_until(&s, fd, &in, NULL, 0, &eof);
     assert_true(eof);
+    assert_non_null(strstr(strbuf_str(&in), "HTTP/1.1 200 OK\r\n"));
     assert_non_null(strstr(strbuf_str(&in), "Connection: close\r\n"));
     close(fd);
     /* many requests, one connection, one at a time */
@@ -555,10 +599,11 @@ static void test_idle_timeout_and_max_connections(void **state)
     struct strbuf in;
     strbuf_init(&in, 1 << 20);
     bool eof = false;
-    cli_sends(&s, a, "GET /ok HTTP/1.1\r\n\r\n");
+    cli_sends(&s, a, "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n");
     cli_read_until(&s, a, &in, "\r\n\r\nok", 1, &eof);
-    cli_sends(&s, b, "GET /ok HTTP/1.1\r\n\r\n");
+    cli_sends(&s, b, "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n");
     cli_read_until(&s, b, &in, "\r\n\r\nok", 2, &eof);
+    assert_false(eof);
     /* a third connection is over the limit: closed at once */
     int c = cli_connect(&s);
     strbuf_reset(&in);
@@ -595,7 +640,7 @@ static void test_stale_watch_on_accepted_fd(void **state)
     close(stale); /* the lowest free number: accept4 hands it out next */
     struct strbuf in;
     strbuf_init(&in, 1 << 20);
-    cli_sends(&s, fd, "GET /ok HTTP/1.1\r\n\r\n");
+    cli_sends(&s, fd, "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n");
     bool eof = false;
     cli_read_until(&s, fd, &in, "\r\n\r\nok", 1, &eof);
     assert_false(eof);
@@ -765,7 +810,7 @@ static void test_plain_server_loads_no_tls(void **state)
     int fd = cli_connect(&s);
     struct strbuf in;
     strbuf_init(&in, 1 << 20);
-    cli_sends(&s, fd, "GET /ok HTTP/1.1\r\n\r\n");
+    cli_sends(&s, fd, "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n");
     cli_read_until(&s, fd, &in, "\r\n\r\nok", 1, NULL);
     strbuf_release(&in);
     close(fd);
@@ -774,6 +819,305 @@ static void test_plain_server_loads_no_tls(void **state)
         assert_false(mapped("libmicrohttpd"));
     if (!gnutls_before)
         assert_false(mapped("libgnutls"));
+}
+
+
+/* One request on a new connection; the answer up to the close, or (keep-alive) up to
+ * `until`. */
+static void one_request(struct srv *s, const char *req, const char *until, struct strbuf *in)
+{
+    int fd = cli_connect(s);
+    strbuf_reset(in);
+    cli_sends(s, fd, req);
+    bool eof = false;
+    cli_read_until(s, fd, in, until, 1, &eof);
+    close(fd);
+}
+
+/* RFC 9112 §3.2: an HTTP/1.1 request without Host, and any request with two, is refused
+ * with 400; HTTP/1.0 may omit it. */
+static void test_host_required(void **state)
+{
+    struct srv s;
+    struct httpd_config cfg = {.name = "t-host"};
+    srv_start(&s, &cfg);
+    static const char *const bad[] = {
+        "GET /ok HTTP/1.1\r\n\r\n",
+        "GET /ok HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n",
+        "GET /ok HTTP/1.1\r\nHost: a\r\nhost: b\r\n\r\n",
+        "GET /ok HTTP/1.0\r\nHost: a\r\nHost: b\r\n\r\n",
+        "GET /ok HTTP/1.1\r\nHost: a/b\r\n\r\n",
+        "GET /ok HTTP/1.1\r\nHost: user@a\r\n\r\n",
+        "GET /ok HTTP/1.1\r\nHost: a b\r\n\r\n",
+        "POST /echo HTTP/1.1\r\nContent-Length: 2\r\n\r\nab",
+    };
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++)
+        expect_status_and_close(&s, bad[i], strlen(bad[i]), "HTTP/1.1 400 ");
+    assert_int_equal(s.handled, 0);
+    struct strbuf in;
+    strbuf_init(&in, 1 << 20);
+    one_request(&s, "GET /host HTTP/1.0\r\n\r\n", NULL, &in);
+    assert_non_null(strstr(strbuf_str(&in), "HTTP/1.1 200 OK\r\n"));
+    assert_non_null(strstr(strbuf_str(&in), "\r\n\r\n/host|(none)"));
+    one_request(&s, "GET /host HTTP/1.1\r\nhOST: [::1]:8080\r\n\r\n", "|[::1]:8080", &in);
+    assert_non_null(strstr(strbuf_str(&in), "HTTP/1.1 200 OK\r\n"));
+    /* empty: what a client sends for a URI without authority (§3.2) */
+    one_request(&s, "GET /host HTTP/1.1\r\nHost:\r\n\r\n", "/host|", &in);
+    assert_non_null(strstr(strbuf_str(&in), "HTTP/1.1 200 OK\r\n"));
+    assert_int_equal(s.handled, 3);
+    strbuf_release(&in);
+    srv_stop(&s);
+}
+
+/* RFC 9112 §3.2.2: absolute-form targets are accepted, routed on their path and query,
+ * and their authority replaces Host. */
+static void test_absolute_form(void **state)
+{
+    struct srv s;
+    struct httpd_config cfg = {.name = "t-absolute"};
+    srv_start(&s, &cfg);
+    int fd = cli_connect(&s);
+    struct strbuf in;
+    strbuf_init(&in, 1 << 20);
+    cli_sends(&s, fd,
+              "GET http://example.com:8080/p/a%20b?x=1+2&flag HTTP/1.1\r\nHost: other\r\n\r\n"
+              "GET HTTP://Example.com/host?x=1 HTTP/1.1\r\nHost: other\r\n\r\n"
+              "GET https://h:1?x=1 HTTP/1.1\r\n\r\n"
+              "GET http://h:2 HTTP/1.1\r\n\r\n");
+    bool eof = false;
+    cli_read_until(&s, fd, &in, "HTTP/1.1 200 OK\r\n", 4, &eof);
+    cli_read_until(&s, fd, &in, "\r\n\r\n/|h:2", 1, &eof);
+    assert_false(eof);
+    const char *t = strbuf_str(&in);
+    const char *a = strstr(t, "\r\n\r\n/p/a b|1 2|(null)|127.0.0.1"), *b = strstr(t, "\r\n\r\n/host|Example.com"),
+               *c = strstr(t, "\r\n\r\n/|h:1"), *d = strstr(t, "\r\n\r\n/|h:2");
+    if (!a || !b || !c || !d)
+        fail_msg("got: %s", t);
+    assert_true(a < b && b < c && c < d);
+    assert_null(strstr(t, "other"));
+    close(fd);
+    static const char *const bad[] = {
+        "GET ftp://h/ok HTTP/1.1\r\nHost: h\r\n\r\n",
+        "GET http:///ok HTTP/1.1\r\nHost: h\r\n\r\n",
+        "GET http:/ok HTTP/1.1\r\nHost: h\r\n\r\n",
+        "GET http:// HTTP/1.1\r\nHost: h\r\n\r\n",
+        "GET http://user@h/ok HTTP/1.1\r\nHost: h\r\n\r\n",
+        "GET http://h#f/ok HTTP/1.1\r\nHost: h\r\n\r\n",
+        "GET http://h/ok HTTP/1.1\r\nHost: h\r\nHost: h\r\n\r\n",
+        "OPTIONS * HTTP/1.1\r\nHost: h\r\n\r\n",
+        "CONNECT h:443 HTTP/1.1\r\nHost: h:443\r\n\r\n",
+    };
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++)
+        expect_status_and_close(&s, bad[i], strlen(bad[i]), "HTTP/1.1 400 ");
+    assert_int_equal(s.handled, 3); /* h_host's: h_path does not count */
+    strbuf_release(&in);
+    srv_stop(&s);
+}
+
+/* Every "Date: " in t is an IMF-fixdate within 2 s of now; returns how many there are. */
+static int check_dates(const char *t)
+{
+    int n = 0;
+    time_t now = time(NULL);
+    for (const char *p = t; (p = strstr(p, "\r\nDate: ")) != NULL; p += 8) {
+        n++;
+        const char *v = p + 8;
+        const char *e = strstr(v, "\r\n");
+        assert_non_null(e);
+        if (e - v != 29)
+            fail_msg("Date is not IMF-fixdate: %.*s", (int)(e - v), v);
+        struct tm tm = {0};
+        const char *end = strptime(v, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+        if (end != e)
+            fail_msg("Date is not IMF-fixdate: %.29s", v);
+        time_t d = timegm(&tm);
+        if (d < now - 2 || d > now + 2)
+            fail_msg("Date %.29s is not now", v);
+    }
+    return n;
+}
+
+/* RFC 9110 §6.6.1: an origin server with a clock sends Date in every answer. */
+static void test_date_header(void **state)
+{
+    struct srv s;
+    struct httpd_config cfg = {.name = "t-date", .max_body = 8};
+    srv_start(&s, &cfg);
+    int fd = cli_connect(&s);
+    struct strbuf in;
+    strbuf_init(&in, 1 << 20);
+    /* 200, HEAD, 404 from the router, 413, a stream; then a malformed head (400) */
+    cli_sends(&s, fd,
+              "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n"
+              "HEAD /ok HTTP/1.1\r\nHost: x\r\n\r\n"
+              "GET /nope HTTP/1.1\r\nHost: x\r\n\r\n"
+              "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 9\r\n\r\n123456789"
+              "GET /idle HTTP/1.1\r\nHost: x\r\n\r\n");
+    bool eof = false;
+    cli_read_until(&s, fd, &in, "first", 1, &eof);
+    assert_non_null(s.held);
+    httpd_stream_end(s.held, false);
+    cli_read_until(&s, fd, &in, "0\r\n\r\n", 1, &eof);
+    cli_sends(&s, fd, "GET /ok HTTP/1.1 x\r\n\r\n");
+    cli_read_until(&s, fd, &in, NULL, 0, &eof);
+    assert_true(eof);
+    const char *t = strbuf_str(&in);
+    assert_int_equal(count(t, "HTTP/1.1 "), 6);
+    assert_non_null(strstr(t, "HTTP/1.1 404 "));
+    assert_non_null(strstr(t, "HTTP/1.1 413 "));
+    assert_non_null(strstr(t, "HTTP/1.1 400 "));
+    assert_int_equal(check_dates(t), 6);
+    /* every answer's Date sits in its head, right after the status line */
+    assert_int_equal(count(t, " OK\r\nDate: "), 3);
+    close(fd);
+    strbuf_release(&in);
+    srv_stop(&s);
+}
+
+/* The server's end of client socket cfd (same process): its SO_SNDBUF is set to `bytes`,
+ * which also stops the kernel growing it. Loopback otherwise gives a sender megabytes
+ * of buffer, and a writer is woken only when a good part of it has drained. */
+static void shrink_server_sndbuf(struct srv *s, int cfd, int bytes)
+{
+    struct sockaddr_in me, peer;
+    socklen_t l = sizeof(me);
+    int64_t deadline = mono_ms() + DEADLINE_MS;
+    while (getpeername(cfd, (struct sockaddr *)&peer, &l) != 0) {
+        assert_true(mono_ms() < deadline);
+        reactor_run_once(s->r, 5);
+        l = sizeof(peer);
+    }
+    l = sizeof(me);
+    assert_int_equal(getsockname(cfd, (struct sockaddr *)&me, &l), 0);
+    for (;;) {
+        reactor_run_once(s->r, 5); /* the server accepts */
+        for (int fd = 3; fd < 4096; fd++) {
+            struct sockaddr_in a, b;
+            socklen_t al = sizeof(a), bl = sizeof(b);
+            if (fd == cfd || getsockname(fd, (struct sockaddr *)&a, &al) != 0 ||
+                getpeername(fd, (struct sockaddr *)&b, &bl) != 0 || al != sizeof(a) ||
+                bl != sizeof(b) || a.sin_family != AF_INET || b.sin_family != AF_INET)
+                continue;
+            if (a.sin_port == peer.sin_port && b.sin_port == me.sin_port &&
+                a.sin_addr.s_addr == peer.sin_addr.s_addr) {
+                assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes)), 0);
+                return;
+            }
+        }
+        assert_true(mono_ms() < deadline);
+    }
+}
+
+/* Ask for `path` and read the answer `per_tick` bytes every 50 ms until the server
+ * finishes the request (on_close) or max_ms pass. small_bufs: 16 KiB socket buffers on
+ * both ends, so the server soon holds output back and is woken often. Returns the ms
+ * until on_close, or -1. */
+static int64_t read_slowly(struct srv *s, const char *path, bool small_bufs, size_t per_tick,
+                           int64_t max_ms, size_t *got)
+{
+    int fd = cli_connect(s);
+    if (small_bufs) {
+        int rcv = 16 * 1024;
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof(rcv));
+        shrink_server_sndbuf(s, fd, 16 * 1024);
+    }
+    char req[128];
+    snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", path);
+    int closes = s->closes;
+    cli_sends(s, fd, req);
+    int64_t t0 = mono_ms(), next = t0;
+    int64_t done_after = -1;
+    *got = 0;
+    while (mono_ms() - t0 < max_ms) {
+        reactor_run_once(s->r, 5);
+        if (s->closes > closes) {
+            done_after = mono_ms() - t0;
+            break;
+        }
+        if (mono_ms() < next)
+            continue;
+        next += 50;
+        char buf[65536];
+        for (size_t tick = 0; tick < per_tick;) {
+            ssize_t n = recv(fd, buf, MOTOR_MIN(per_tick - tick, sizeof(buf)), MSG_DONTWAIT);
+            if (n <= 0)
+                break;
+            tick += (size_t)n;
+            *got += (size_t)n;
+        }
+    }
+    close(fd);
+    return done_after;
+}
+
+/* Each write reset the idle timer, so a client reading a big answer slowly, but steadily
+ * enough that the server could write something within every idle timeout, kept its
+ * connection (and, for a stream, the upstream work behind it) forever. After the first
+ * idle timeout held-back output must now drain at min_rate on average. With the default
+ * 500 B/s that takes a long timeout to show (see httpd_set_min_rate); here the rate is
+ * 200 KB/s and the reader takes 40 KB/s, in pieces that let the server write every few
+ * hundred ms: never idle for the 1 s timeout, yet far below the rate. */
+static void test_slow_reader_is_closed(void **state)
+{
+    struct srv s;
+    struct httpd_config cfg = {.name = "t-slowreader", .idle_timeout_s = 1};
+    srv_start(&s, &cfg);
+    size_t got = 0;
+    /* at the default rate: a reader of 20 B/s is closed within bounds */
+    int64_t t = read_slowly(&s, "/bigresp", true, 1, 8000, &got);
+    if (t < 0 || t > 4000)
+        fail_msg("a trickling reader was closed after %lld ms", (long long)t);
+    assert_true(s.gone_at_close);
+    httpd_set_min_rate(s.h, 200 * 1000);
+    /* an answer with a length */
+    t = read_slowly(&s, "/bigresp", true, 2000, 8000, &got);
+    if (t < 0 || t > 4500 || !s.gone_at_close)
+        fail_msg("a slow reader of an answer: closed after %lld ms (%zu bytes read)", (long long)t,
+                 got);
+    assert_true(got < BIG_RESP);
+    /* a stream: finished with client_gone, so its producer stops */
+    t = read_slowly(&s, "/big", true, 2000, 8000, &got);
+    if (t < 0 || t > 4500 || !s.gone_at_close)
+        fail_msg("a slow reader of a stream: closed after %lld ms (%zu bytes read)", (long long)t,
+                 got);
+    assert_null(s.held);
+    /* a reader that keeps up (5 MB/s: 1.6 s for 8 MiB, past the 1 s idle timeout) gets
+     * everything */
+    t = read_slowly(&s, "/bigresp", false, 256 * 1024, 8000, &got);
+    if (t < 0 || s.gone_at_close)
+        fail_msg("a normal reader: %lld ms, %zu bytes", (long long)t, got);
+    srv_stop(&s);
+}
+
+/* A stream with nothing to send is waiting for its producer, not for its client: it
+ * outlives the idle timeout however long the model thinks. */
+static void test_idle_stream_is_kept(void **state)
+{
+    struct srv s;
+    struct httpd_config cfg = {.name = "t-idlestream", .idle_timeout_s = 1};
+    srv_start(&s, &cfg);
+    httpd_set_min_rate(s.h, 200 * 1000);
+    int fd = cli_connect(&s);
+    struct strbuf in;
+    strbuf_init(&in, 1 << 20);
+    cli_sends(&s, fd, "GET /idle HTTP/1.1\r\nHost: x\r\n\r\n");
+    bool eof = false;
+    cli_read_until(&s, fd, &in, "first", 1, &eof);
+    int64_t t0 = mono_ms();
+    while (mono_ms() - t0 < 3000)
+        reactor_run_once(s.r, 50);
+    assert_int_equal(s.closes, 0);
+    assert_non_null(s.held);
+    assert_int_equal(httpd_stream_write(s.held, "second", 6), 0);
+    httpd_stream_end(s.held, false);
+    cli_read_until(&s, fd, &in, "0\r\n\r\n", 1, &eof);
+    assert_false(eof);
+    assert_non_null(strstr(strbuf_str(&in), "second"));
+    loop_until_closes(&s, 1);
+    assert_false(s.gone_at_close);
+    close(fd);
+    strbuf_release(&in);
+    srv_stop(&s);
 }
 
 /* ---- pure parser / decoder ------------------------------------------------------------------- */
@@ -797,6 +1141,35 @@ static void test_parse_head(void **state)
     /* every prefix is "need more" */
     for (size_t i = 0; i < (size_t)n; i++)
         assert_int_equal(httpd_parse_head(r, i, &hd), 0);
+    assert_int_equal(hd.host_len, 1);
+    assert_memory_equal(hd.host, "x", 1);
+    assert_false(hd.absolute_form);
+    /* Host: exactly the bytes of host[:port] (RFC 3986 reg-name, IPv4, IP-literal) */
+    for (int ch = 1; ch < 256; ch++) {
+        char req[64];
+        int rl = snprintf(req, sizeof(req), "GET / HTTP/1.1\r\nHost: a%cb\r\n\r\n", ch);
+        bool want = (ch < 128 && isalnum(ch)) || strchr("-._~%!$&'()*+,;=:[]", ch);
+        int got = httpd_parse_head(req, (size_t)rl, &hd);
+        if (ch == '\t' || ch == ' ') /* white space inside a value */
+            want = false;
+        if (ch == '\n' || ch == '\r')
+            continue; /* ends the line: another case */
+        if ((got > 0) != want)
+            fail_msg("Host byte 0x%02x: parse gave %d", ch, got);
+    }
+    /* absolute-form: the authority stands in for Host, the rest is the target */
+    const char *abs = "GET hTTp://h.example:80/a/b?c HTTP/1.1\r\nHost: other\r\n\r\n";
+    assert_int_equal(httpd_parse_head(abs, strlen(abs), &hd), (int)strlen(abs));
+    assert_true(hd.absolute_form);
+    assert_int_equal(hd.host_len, 12);
+    assert_memory_equal(hd.host, "h.example:80", 12);
+    assert_int_equal(hd.target_len, 6);
+    assert_memory_equal(hd.target, "/a/b?c", 6);
+    const char *abs2 = "GET https://h HTTP/1.1\r\n\r\n";
+    assert_int_equal(httpd_parse_head(abs2, strlen(abs2), &hd), (int)strlen(abs2));
+    assert_int_equal(hd.target_len, 0);
+    const char *nohost = "GET / HTTP/1.1\r\nA: b\r\n\r\n";
+    assert_int_equal(httpd_parse_head(nohost, strlen(nohost), &hd), -EINVAL);
     const char *lf = "GET / HTTP/1.0\nA: b\n\n";
     assert_int_equal(httpd_parse_head(lf, strlen(lf), &hd), (int)strlen(lf));
     assert_false(hd.keep_alive);
@@ -905,6 +1278,11 @@ int main(void)
         cmocka_unit_test(test_slow_request_is_closed),
         cmocka_unit_test(test_oversized_response_header_dropped_whole),
         cmocka_unit_test(test_accept_emfile_does_not_spin),
+        cmocka_unit_test(test_host_required),
+        cmocka_unit_test(test_absolute_form),
+        cmocka_unit_test(test_date_header),
+        cmocka_unit_test(test_slow_reader_is_closed),
+        cmocka_unit_test(test_idle_stream_is_kept),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
