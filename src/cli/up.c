@@ -927,12 +927,20 @@ static json_t *plan_json(const struct up *u)
         json_t *ports = json_array();
         for (int k = 0; k < d->endpoint_num; k++)
             json_array_append_new(ports, json_integer(d->ports[k]));
-        json_array_append_new(
-            pods, json_pack("{s:s,s:s,s:i,s:i,s:i,s:s,s:i,s:o,s:i,s:i,s:s,s:s}", "name", d->name,
-                            "role", up_role_name(d->role), "instance", d->instance, "pod", d->pod,
-                            "index", d->index, "job_name", d->job_name, "node_manager_port",
-                            d->nm_port, "engine_ports", ports, "dp_size", d->dp_size, "dp_rpc_port",
-                            d->dp_rpc_port, "engine_type", d->engine_type, "model", d->model));
+        json_t *pj = json_pack("{s:s,s:s,s:i,s:i,s:i,s:s,s:i,s:o,s:i,s:i,s:i,s:s,s:s}", "name",
+                               d->name, "role", up_role_name(d->role), "instance", d->instance,
+                               "pod", d->pod, "index", d->index, "job_name", d->job_name,
+                               "node_manager_port", d->nm_port, "engine_ports", ports, "dp_size",
+                               d->dp_size, "dp_rpc_port", d->dp_rpc_port, "dp_master_port",
+                               d->dp_master_port, "engine_type", d->engine_type, "model", d->model);
+        /* Only where the node manager derives one (0 in the plan = none). */
+        if (d->kv_port) {
+            json_object_set_new(pj, "kv_port", json_integer(d->kv_port));
+            json_object_set_new(pj, "kv_span", json_integer(d->kv_span));
+        }
+        if (d->bootstrap_port)
+            json_object_set_new(pj, "bootstrap_port", json_integer(d->bootstrap_port));
+        json_array_append_new(pods, pj);
     }
     return json_pack("{s:s,s:i,s:i,s:i,s:i,s:o,s:o,s:o,s:O}", "openai_url", u->openai_url,
                      "coordinator_port", u->plan.coord_port, "coordinator_mgmt_port",

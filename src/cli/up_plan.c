@@ -2,6 +2,7 @@
 #include "cli/up_plan.h"
 
 #include "common/util.h"
+#include "coordinator/pdreq.h"
 #include "nodemgr/nm_config.h"
 
 #include <arpa/inet.h>
@@ -45,7 +46,11 @@ struct role_info {
     bool present;
     int instances, pods_per_instance, n_pods;
     int g_start; /* global single-container index of its first pod */
-    int dp;
+    int dp, world;
+    bool sglang;     /* engine_type sglang (bootstrap port; no kv_transfer_config) */
+    bool dp_master;  /* uses data_parallel_master_port: dp > 1 or the DP scale-down proxy */
+    bool kv;         /* kv_transfer_config.kv_port set: the node manager derives one per pod */
+    bool bootstrap;  /* disaggregation_bootstrap_port set (SGLang) */
     json_t *section; /* borrowed from the effective config */
 };
 
@@ -143,14 +148,84 @@ static void push_unique(struct wire_strlist *l, const char *s)
 
 /* ---- port rewriting ---------------------------------------------------------------- */
 
-static void remove_spellings(json_t *engine, const char *underscore)
+/* Whether key is a spelling of the underscore flag name as the node manager normalizes
+ * engine keys: leading dashes dropped, '-' read as '_'. */
+static bool is_spelling(const char *key, const char *underscore)
 {
-    char dashed[128];
-    snprintf(dashed, sizeof(dashed), "%s", underscore);
-    for (char *c = dashed; *c; c++)
-        if (*c == '_')
-            *c = '-';
-    json_object_del(engine, dashed);
+    while (*key == '-')
+        key++;
+    for (; *key && *underscore; key++, underscore++)
+        if (*key != *underscore && !(*key == '-' && *underscore == '_'))
+            return false;
+    return !*key && !*underscore;
+}
+
+/* Move the spelling of a flag the node manager would read (the last one: a later
+ * spelling wins there) to the underscore key and drop the others, so that rewriting the
+ * underscore key is what every reader sees. Returns the value (borrowed) or NULL. */
+static json_t *canon_key(json_t *engine, const char *underscore)
+{
+    json_t *win = NULL;
+    const char *k;
+    json_t *v;
+    void *tmp;
+    json_object_foreach(engine, k, v)
+    {
+        if (is_spelling(k, underscore))
+            win = v;
+    }
+    if (!win)
+        return NULL;
+    json_incref(win);
+    json_object_foreach_safe(engine, tmp, k, v)
+    {
+        if (is_spelling(k, underscore))
+            json_object_del(engine, k);
+    }
+    json_object_set_new(engine, underscore, win);
+    return win;
+}
+
+/* Rewrite kv_transfer_config.kv_port to port, keeping the type of both the sub-config
+ * (object or JSON string, as upstream files have both) and the port (string or
+ * integer). */
+static void set_kv_port(struct up_plan *p, json_t *engine, const char *secname, int port)
+{
+    json_t *kvt = canon_key(engine, "kv_transfer_config");
+    char path[192];
+    snprintf(path, sizeof(path), "%s.engine_config.kv_transfer_config", secname);
+    json_t *obj = kvt;
+    if (json_is_string(kvt))
+        obj = json_loads(json_string_value(kvt), 0, NULL);
+    if (!json_is_object(obj)) {
+        if (obj != kvt)
+            json_decref(obj);
+        return; /* the node manager reports it; nothing derived from it */
+    }
+    char num[16];
+    snprintf(num, sizeof(num), "%d", port);
+    json_t *val =
+        json_is_string(json_object_get(obj, "kv_port")) ? json_string(num) : json_integer(port);
+    if (obj == kvt) {
+        set_key(p, obj, path, "kv_port", val);
+        return;
+    }
+    json_object_set_new(obj, "kv_port", val);
+    char *text = json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(obj);
+    snprintf(path, sizeof(path), "%s.engine_config", secname);
+    set_key(p, engine, path, "kv_transfer_config", json_string(text ? text : "{}"));
+    free(text);
+}
+
+/* Set an engine flag under its underscore spelling (the others removed). */
+static void set_engine_int(struct up_plan *p, json_t *engine, const char *secname,
+                           const char *underscore, int val)
+{
+    char path[160];
+    snprintf(path, sizeof(path), "%s.engine_config", secname);
+    canon_key(engine, underscore);
+    set_key(p, engine, path, underscore, json_integer(val));
 }
 
 static int rewrite_ports(struct up_plan *p, struct role_info *ri, int g_total, int base,
@@ -207,13 +282,46 @@ static int rewrite_ports(struct up_plan *p, struct role_info *ri, int g_total, i
                  roles[i].section);
         set_key(p, epc, path, "base_port", json_integer(bp));
         cursor += r->n_pods * span;
-        snprintf(path, sizeof(path), "%s.engine_config", roles[i].section);
-        remove_spellings(engine, "data_parallel_rpc_port");
-        set_key(p, engine, path, "data_parallel_rpc_port", json_integer(rpc_base));
+        set_engine_int(p, engine, roles[i].section, "data_parallel_rpc_port", rpc_base);
     }
-    if (cursor > 65535) {
+    /* After every engine port: the ports the engines derive from keys the node manager
+     * does not move with g (DP master), or moves by the device offset (KV transfer). */
+    int bootstrap = 0;
+    for (size_t i = 0; i < ARRAY_LEN(roles); i++) {
+        struct role_info *r = &ri[i];
+        if (!r->present || !r->n_pods)
+            continue;
+        json_t *engine = json_object_get(r->section, "engine_config");
+        /* dp_master_port + rank for rank < dp: the DP group's master and the per-rank
+         * TCPStore ports nm_ports reserves. One range per role: every pod of the role
+         * reads the same key. */
+        if (r->dp_master) {
+            set_engine_int(p, engine, roles[i].section, "data_parallel_master_port", cursor);
+            cursor += r->dp;
+        }
+        /* kv_port + g*world for each pod: world ports per pod, as with base_port. */
+        if (r->kv) {
+            int kv = cursor - r->g_start * r->world;
+            if (kv < 1) {
+                cursor += 1 - kv;
+                kv = 1;
+            }
+            set_kv_port(p, engine, roles[i].section, kv);
+            cursor += r->n_pods * r->world;
+        }
+        /* SGLang's bootstrap server runs in the prefill engine (default 8998 when the key
+         * is absent, so it is always set there); decode's copy, when given, is not bound
+         * (requests carry the prefill's) but is kept equal to it. */
+        if (r->sglang && (roles[i].role == WIRE_ROLE_PREFILL ||
+                          (roles[i].role == WIRE_ROLE_DECODE && r->bootstrap))) {
+            if (!bootstrap)
+                bootstrap = cursor++;
+            set_engine_int(p, engine, roles[i].section, "disaggregation_bootstrap_port", bootstrap);
+        }
+    }
+    if (cursor - 1 > 65535) {
         cfg_error(e, "--port-base", "%d leaves no room: the fleet needs ports up to %d", base,
-                  cursor);
+                  cursor - 1);
         return -EINVAL;
     }
     return 0;
@@ -293,64 +401,119 @@ static int localize(struct up_plan *p, struct role_info *ri, const struct up_pla
 
 /* ---- build ------------------------------------------------------------------------ */
 
-static int port_cmp(const void *a, const void *b)
+/* One planned listener. `shared` names the key when every instance of the role reads
+ * the same port from it (the node manager adds no per-pod offset), so that two of
+ * them colliding is a layout limit, not something distinct ports in the file fix. */
+struct planned_port {
+    int port;
+    char *owner;
+    enum wire_role role;
+    const char *shared;
+};
+
+static struct planned_port *collect_ports(const struct up_plan *p, size_t *n_out)
 {
-    const int *x = *(const int *const *)a, *y = *(const int *const *)b;
-    return (*x > *y) - (*x < *y);
+    size_t cap = 8, n = 0;
+    for (size_t i = 0; i < p->n_pods; i++) {
+        const struct up_pod *d = &p->pods[i];
+        cap += 3 + (size_t)d->endpoint_num + (size_t)d->dp_size + (size_t)d->kv_span;
+    }
+    struct planned_port *v = xcalloc(cap, sizeof(*v));
+#define ADD(role_, shared_, port_, ...)                                                            \
+    do {                                                                                           \
+        v[n].port = (port_);                                                                       \
+        v[n].role = (role_);                                                                       \
+        v[n].shared = (shared_);                                                                   \
+        v[n++].owner = xasprintf(__VA_ARGS__);                                                     \
+    } while (0)
+    ADD(WIRE_ROLE_UNION, NULL, p->coord_port, "coordinator (inference)");
+    ADD(WIRE_ROLE_UNION, NULL, p->coord_mgmt_port, "coordinator (management)");
+    ADD(WIRE_ROLE_UNION, NULL, p->ctl_port, "controller");
+    for (size_t i = 0; i < p->n_pods; i++) {
+        const struct up_pod *d = &p->pods[i];
+        ADD(d->role, NULL, d->nm_port, "%s node manager", d->name);
+        for (int k = 0; k < d->endpoint_num; k++)
+            ADD(d->role, NULL, d->ports[k], "%s engine %d", d->name, k);
+        if (d->dp_size > 1 && d->pod == 0)
+            ADD(d->role, NULL, d->dp_rpc_port, "%s DP RPC", d->name);
+        /* Only what a real engine binds: the sim engine binds none of these. vLLM's DP
+         * group master (rank 0's pod) and the scale-down TCPStore of each rank. */
+        bool vllm = d->engine_type && strcmp(d->engine_type, "vllm") == 0;
+        if (vllm && d->dp_size > 1 && d->pod == 0)
+            for (int r = 0; r < d->dp_size; r++)
+                ADD(d->role, "data_parallel_master_port", d->dp_master_port + r,
+                    "%s DP master rank %d", d->name, r);
+        if (vllm)
+            for (int k = 0; k < d->kv_span; k++)
+                ADD(d->role, NULL, d->kv_port + k, "%s KV transfer (device %d)", d->name, k);
+        if (d->bootstrap_port && d->pod == 0)
+            ADD(d->role, "disaggregation_bootstrap_port", d->bootstrap_port, "%s SGLang bootstrap",
+                d->name);
+    }
+#undef ADD
+    *n_out = n;
+    return v;
+}
+
+static void free_ports(struct planned_port *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(v[i].owner);
+    free(v);
 }
 
 size_t up_plan_ports(const struct up_plan *p, int **ports_out, char ***owners_out)
 {
-    size_t cap = 8, n = 0;
-    for (size_t i = 0; i < p->n_pods; i++)
-        cap += 2 + (size_t)p->pods[i].endpoint_num;
-    int *ports = xcalloc(cap, sizeof(int));
-    char **owners = xcalloc(cap, sizeof(char *));
-#define ADD(port, ...)                                                                             \
-    do {                                                                                           \
-        ports[n] = (port);                                                                         \
-        owners[n++] = xasprintf(__VA_ARGS__);                                                      \
-    } while (0)
-    ADD(p->coord_port, "coordinator (inference)");
-    ADD(p->coord_mgmt_port, "coordinator (management)");
-    ADD(p->ctl_port, "controller");
-    for (size_t i = 0; i < p->n_pods; i++) {
-        const struct up_pod *d = &p->pods[i];
-        ADD(d->nm_port, "%s node manager", d->name);
-        for (int k = 0; k < d->endpoint_num; k++)
-            ADD(d->ports[k], "%s engine %d", d->name, k);
-        if (d->dp_size > 1 && d->pod == 0)
-            ADD(d->dp_rpc_port, "%s DP RPC", d->name);
+    size_t n;
+    struct planned_port *v = collect_ports(p, &n);
+    int *ports = xcalloc(n ? n : 1, sizeof(int));
+    char **owners = xcalloc(n ? n : 1, sizeof(char *));
+    for (size_t i = 0; i < n; i++) {
+        ports[i] = v[i].port;
+        owners[i] = v[i].owner;
+        v[i].owner = NULL;
     }
-#undef ADD
+    free_ports(v, n);
     *ports_out = ports;
     *owners_out = owners;
     return n;
 }
 
+static int planned_cmp(const void *a, const void *b)
+{
+    const struct planned_port *x = *(const struct planned_port *const *)a;
+    const struct planned_port *y = *(const struct planned_port *const *)b;
+    if (x->port != y->port)
+        return (x->port > y->port) - (x->port < y->port);
+    return (x > y) - (x < y); /* stable: plan order */
+}
+
 static void check_collisions(const struct up_plan *p, struct cfg_errors *e)
 {
-    int *ports;
-    char **owners;
-    size_t n = up_plan_ports(p, &ports, &owners);
-    int **idx = xcalloc(n ? n : 1, sizeof(int *));
+    size_t n;
+    struct planned_port *v = collect_ports(p, &n);
+    struct planned_port **idx = xcalloc(n ? n : 1, sizeof(*idx));
     for (size_t i = 0; i < n; i++)
-        idx[i] = &ports[i];
-    qsort(idx, n, sizeof(*idx), port_cmp);
+        idx[i] = &v[i];
+    qsort(idx, n, sizeof(*idx), planned_cmp);
     for (size_t i = 1; i < n; i++) {
-        if (*idx[i] == *idx[i - 1]) {
-            size_t a = (size_t)(idx[i - 1] - ports), b = (size_t)(idx[i] - ports);
+        const struct planned_port *a = idx[i - 1], *b = idx[i];
+        if (a->port != b->port)
+            continue;
+        if (a->shared && b->shared && strcmp(a->shared, b->shared) == 0 && a->role == b->role)
+            cfg_error(e, "ports",
+                      "%d is used by both %s and %s: every instance of the %s role reads "
+                      "the same engine_config.%s (the node manager adds no per-pod offset "
+                      "to it), so on one host run one such instance of the role",
+                      b->port, a->owner, b->owner, up_role_name(a->role), a->shared);
+        else
             cfg_error(e, "ports",
                       "%d is used by both %s and %s (set distinct ports, or use "
                       "--port-base)",
-                      *idx[i], owners[a], owners[b]);
-        }
+                      b->port, a->owner, b->owner);
     }
     free(idx);
-    for (size_t i = 0; i < n; i++)
-        free(owners[i]);
-    free(owners);
-    free(ports);
+    free_ports(v, n);
 }
 
 int up_plan_check_free(const struct up_plan *p, struct cfg_errors *e)
@@ -389,6 +552,15 @@ static void fill_pod(struct up_pod *d, const struct nm_config *c)
         d->ports[k] = c->service_ports[k];
     d->dp_size = c->parallel.dp_size;
     d->dp_rpc_port = c->dp_rpc_port;
+    d->dp_master_port = c->dp_master_port;
+    if (c->sc.kv_port > 0 && c->engine_type != NM_ENGINE_SGLANG) {
+        d->kv_port = c->sc.kv_port;
+        d->kv_span = c->parallel.world_size > 0 ? c->parallel.world_size : 1;
+    }
+    /* SGLang's prefill engine serves the bootstrap, on its default port when unset. */
+    if (c->engine_type == NM_ENGINE_SGLANG && c->role == WIRE_ROLE_PREFILL)
+        d->bootstrap_port =
+            c->bootstrap_port ? c->bootstrap_port : PDREQ_SGLANG_DEFAULT_BOOTSTRAP_PORT;
     d->g = c->sc.global_index;
     d->engine_type = xstrdup(nm_engine_type_str(c->engine_type));
     d->model = xstrdup(c->model_name ? c->model_name : "");
@@ -491,8 +663,14 @@ int up_plan_build(const json_t *user, const struct up_plan_opts *o, struct up_pl
         struct nm_config *c = nm_view(p->config, roles[i].role, idx, "probe", o, &tmp);
         if (!c)
             copy_errors(e, up_role_name(roles[i].role), &tmp);
-        else
+        else {
             ri[i].dp = c->parallel.dp_size;
+            ri[i].world = c->parallel.world_size > 0 ? c->parallel.world_size : 1;
+            ri[i].sglang = c->engine_type == NM_ENGINE_SGLANG;
+            ri[i].dp_master = c->parallel.dp_size > 1 || c->ft.enable_dp_scale_down_proxy;
+            ri[i].kv = !ri[i].sglang && c->sc.kv_port > 0;
+            ri[i].bootstrap = c->bootstrap_port > 0;
+        }
         nm_config_free(c);
         cfg_errors_release(&tmp);
     }

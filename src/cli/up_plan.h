@@ -21,7 +21,17 @@
  * Port layout with a base B: B coordinator inference (the OpenAI URL), B+1 coordinator
  * management, B+2 coordinator observability, B+3 controller API, B+4 controller
  * observability, B+10+g node manager of pod g, then one DP RPC port per pod, then the
- * engines' business ports role after role (2 per DP rank, as upstream). */
+ * engines' business ports role after role (2 per DP rank, as upstream), then role after
+ * role the ports engines derive from keys of their own: dp DP-master/TCPStore ports
+ * (data_parallel_master_port + rank; when dp > 1 or the scale-down proxy is on), world
+ * KV-transfer ports per pod (kv_transfer_config.kv_port + g*world; when kv_port is set),
+ * and one SGLang bootstrap port (prefill; decode only when it has the key). Other
+ * spellings of a rewritten engine key are removed; kv_port keeps its JSON type.
+ *
+ * The collision check (and up_plan_ports) covers what the processes bind: besides the
+ * above, a vLLM engine's DP master range (dp > 1) and KV span, an SGLang prefill's
+ * bootstrap port. The node manager gives every instance of a role the same DP master and
+ * bootstrap port, so two such instances of one role are refused with that reason. */
 #ifndef MOTOR_UP_PLAN_H
 #define MOTOR_UP_PLAN_H
 
@@ -46,7 +56,11 @@ struct up_pod {
     int endpoint_num;
     int *ports; /* endpoint_num engine business ports */
     int dp_size;
-    int dp_rpc_port; /* bound by the DP master when dp_size > 1 */
+    int dp_rpc_port;    /* bound by the DP master when dp_size > 1 */
+    int dp_master_port; /* engine_config.data_parallel_master_port (+ rank), no pod offset */
+    int kv_port;        /* kv_port + device offset; 0 = none (or SGLang: not passed on) */
+    int kv_span;        /* ports from kv_port the pod's devices use: its world size */
+    int bootstrap_port; /* SGLang prefill: the bootstrap server's port; else 0 */
     char *engine_type;
     char *model;
 };

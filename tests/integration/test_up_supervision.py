@@ -96,6 +96,42 @@ def test_dry_run_multi_pod_and_multi_instance_layout(tmpdir_path):
     assert len(ports) == len(set(ports)), ports
 
 
+def engine_ports(p: dict) -> set[int]:
+    """Every port the dry-run plan derives, the engines' own ones included (DP master +
+    rank once per role, the KV span of each pod, the SGLang bootstrap)."""
+    ports = set(all_ports(p))
+    roles = set()
+    for pod in p["pods"]:
+        ports.update(range(pod.get("kv_port", 0), pod.get("kv_port", 0) + pod.get("kv_span", 0)))
+        if pod["role"] not in roles:
+            roles.add(pod["role"])
+            if pod["dp_size"] > 1:
+                ports.update(range(pod["dp_master_port"], pod["dp_master_port"] + pod["dp_size"]))
+            if "bootstrap_port" in pod:
+                ports.add(pod["bootstrap_port"])
+    return ports
+
+
+def test_dry_run_port_base_moves_engine_ports():
+    # vLLM PD at dp 2 with kv_port, and SGLang PD with a bootstrap port: --port-base moves
+    # those ports too, so two fleets a block apart share none.
+    vllm_pd = str(motorlib.REPO / "examples" / "vllm-pd.json")
+    sglang_pd = str(motorlib.REPO / "examples" / "sglang-pd.json")
+    for path, top in ((vllm_pd, 41), (sglang_pd, 18)):
+        a, b = plan("-c", path, "--port-base", 24000), plan("-c", path, "--port-base", 24100)
+        pa, pb = engine_ports(a), engine_ports(b)
+        assert max(pa) == 24000 + top and min(pa) == 24000, sorted(pa)
+        assert not pa & pb, sorted(pa & pb)
+    p = plan("-c", vllm_pd, "--port-base", 24000)
+    pre = p["effective_config"]["motor_engine_prefill_config"]["engine_config"]
+    assert pre["data_parallel_master_port"] == 24022
+    assert pre["kv_transfer_config"]["kv_port"] == "24024"  # still a string
+    assert [(d["dp_master_port"], d["kv_port"], d["kv_span"]) for d in p["pods"]] == \
+        [(24022, 24024, 8), (24032, 24034, 8)]
+    s = plan("-c", sglang_pd, "--port-base", 24000)
+    assert [d.get("bootstrap_port") for d in s["pods"]] == [24018, None]
+
+
 def test_colliding_upstream_defaults_are_refused(tmpdir_path):
     # Upstream's defaults put the controller, the coordinator's management API and the
     # node manager on 1026: fine in separate pods, impossible on one host.

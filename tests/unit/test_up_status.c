@@ -9,8 +9,11 @@
 
 #include "cli/status.h"
 #include "cli/up_plan.h"
+#include "common/util.h"
 
 #include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -153,6 +156,324 @@ static void test_plan_errors(void **state)
     }
 }
 
+/* ---- port base: DP master, KV transfer, SGLang bootstrap ----------------------------- */
+
+/* <repo>/<rel>, <repo> being three levels above this source file. */
+static char *repo_file(const char *rel)
+{
+    char *repo = xstrdup(__FILE__);
+    for (int i = 0; i < 3; i++) {
+        char *slash = strrchr(repo, '/');
+        if (slash)
+            *slash = '\0';
+    }
+    char *path = xasprintf("%s/%s", repo, rel);
+    free(repo);
+    return path;
+}
+
+/* A config from the repo (examples/...) or the shared upstream samples
+ * (../shared/spec/upstream-examples/..., as test_wire_upstream finds them); NULL when
+ * an upstream sample is not there. */
+static json_t *load_config(const char *rel)
+{
+    char *path = repo_file(rel);
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    if (!j && strncmp(rel, "../", 3) != 0)
+        fail_msg("%s: %s", path, je.text);
+    if (!j)
+        fprintf(stderr, "*** %s not found: that row did NOT run\n", path);
+    free(path);
+    return j;
+}
+
+/* Every port the node manager derives for the plan's pods, whatever the engine binds:
+ * node manager, engine ports, DP RPC (rank 0's pod), DP master + rank (one range per
+ * role: every instance reads the same key), KV transfer span, SGLang bootstrap (one per
+ * role). Sorted. */
+static size_t derived_ports(const struct up_plan *p, int **out)
+{
+    size_t cap = 16, n = 0;
+    for (size_t i = 0; i < p->n_pods; i++)
+        cap += 3 + (size_t)p->pods[i].endpoint_num + (size_t)p->pods[i].dp_size +
+               (size_t)p->pods[i].kv_span;
+    int *v = calloc(cap, sizeof(int));
+    v[n++] = p->coord_port;
+    v[n++] = p->coord_mgmt_port;
+    v[n++] = p->ctl_port;
+    bool role_done[8] = {false};
+    for (size_t i = 0; i < p->n_pods; i++) {
+        const struct up_pod *d = &p->pods[i];
+        v[n++] = d->nm_port;
+        for (int k = 0; k < d->endpoint_num; k++)
+            v[n++] = d->ports[k];
+        if (d->dp_size > 1 && d->pod == 0)
+            v[n++] = d->dp_rpc_port;
+        for (int k = 0; k < d->kv_span; k++)
+            v[n++] = d->kv_port + k;
+        if (!role_done[d->role]) {
+            role_done[d->role] = true;
+            if (d->dp_size > 1)
+                for (int r = 0; r < d->dp_size; r++)
+                    v[n++] = d->dp_master_port + r;
+            if (d->bootstrap_port)
+                v[n++] = d->bootstrap_port;
+        }
+    }
+    for (size_t i = 1; i < n; i++) /* insertion sort: a few dozen ports */
+        for (size_t k = i; k > 0 && v[k - 1] > v[k]; k--) {
+            int t = v[k];
+            v[k] = v[k - 1];
+            v[k - 1] = t;
+        }
+    *out = v;
+    return n;
+}
+
+static json_t *engine_of(const struct up_plan *p, const char *role)
+{
+    char key[64];
+    snprintf(key, sizeof(key), "motor_engine_%s_config", role);
+    return json_object_get(json_object_get(p->config, key), "engine_config");
+}
+
+/* The effective kv_transfer_config.kv_port of a role as text, with its JSON type. */
+static void kv_port_of(const struct up_plan *p, const char *role, char *buf, size_t cap,
+                       bool *is_string)
+{
+    json_t *kvt = json_object_get(engine_of(p, role), "kv_transfer_config");
+    json_t *parsed = NULL;
+    if (json_is_string(kvt))
+        kvt = parsed = json_loads(json_string_value(kvt), 0, NULL);
+    json_t *v = json_object_get(kvt, "kv_port");
+    *is_string = json_is_string(v);
+    if (json_is_string(v))
+        snprintf(buf, cap, "%s", json_string_value(v));
+    else if (json_is_integer(v))
+        snprintf(buf, cap, "%lld", (long long)json_integer_value(v));
+    else
+        snprintf(buf, cap, "(none)");
+    json_decref(parsed);
+}
+
+/* A file with what the upstream samples do not cover: a kv_transfer_config given as a
+ * JSON string with an integer kv_port, dashed spellings of the DP keys, and the DP
+ * scale-down proxy (dp_master reserved even at dp 1). */
+static const char *const SPELLINGS =
+    "{\"motor_deploy_config\": {\"p_instances_num\": 1, \"d_instances_num\": 1},"
+    " \"motor_controller_config\": {\"fault_tolerance_config\": {\"enable_fault_tolerance\": "
+    "   true, \"enable_dp_scale_down\": true}},"
+    " \"motor_engine_prefill_config\": {\"engine_type\": \"vllm\", \"engine_config\": {"
+    "   \"model\": \"m\", \"data-parallel-size\": 2, \"tensor_parallel_size\": 2,"
+    "   \"--data-parallel-master-port\": 29500, \"data-parallel-rpc-port\": 9000,"
+    "   \"kv_transfer_config\": \"{\\\"kv_connector\\\": \\\"MooncakeConnectorV1\\\","
+    "      \\\"kv_port\\\": 30001}\"}},"
+    " \"motor_engine_decode_config\": {\"engine_type\": \"vllm\", \"engine_config\": {"
+    "   \"model\": \"m\", \"data_parallel_size\": 1,"
+    "   \"kv-transfer-config\": {\"kv_connector\": \"MooncakeConnectorV1\", \"kv_port\": "
+    "     \"30101\"}}}}";
+
+static void test_plan_port_base_engine_ports(void **state)
+{
+    (void)state;
+    enum { B = 40000 };
+    static const struct {
+        const char *file; /* repo-relative; NULL = SPELLINGS */
+        /* expected effective values (0 = key absent / not rewritten) */
+        int p_master, d_master; /* data_parallel_master_port per role */
+        int p_kv, d_kv;         /* kv_transfer_config.kv_port per role */
+        bool kv_string;         /* kv_port kept a string */
+        int p_boot, d_boot;     /* disaggregation_bootstrap_port */
+        /* derived for the first prefill pod and the first decode pod */
+        int p_kv_pod, d_kv_pod;
+        int top; /* highest derived port - B */
+    } rows[] = {
+        /* vLLM PD, dp 2 x tp 4 (world 8), MooncakeConnectorV1 kv_port "30001"/"30101". NM
+         * 10-11, DP RPC 12-13, engines 14-21, prefill master 22-23, prefill kv 24-31,
+         * decode master 32-33, decode kv (g 1: 26 + 8) 34-41. */
+        {"examples/vllm-pd.json", B + 22, B + 32, B + 24, B + 26, true, 0, 0, B + 24, B + 34, 41},
+        /* SGLang PD: only the prefill serves the bootstrap (decode has no key). */
+        {"examples/sglang-pd.json", 0, 0, 0, 0, false, B + 18, 0, 0, 0, 18},
+        {"../shared/spec/upstream-examples/sglang-user_config.json", 0, 0, 0, 0, false, B + 18, 0,
+         0, 0, 18},
+        /* Upstream single container: both roles kv_port "30001", world 1. */
+        {"../shared/spec/upstream-examples/vllm-single_container-user_config.json", 0, 0, B + 18,
+         B + 18, true, 0, 0, B + 18, B + 19, 19},
+        /* Dashed spellings, JSON-string kv_transfer_config (integer kv_port), scale-down
+         * proxy: prefill dp 2 x tp 2 (world 4, engines 14-17), decode dp 1 (engine 18).
+         * Prefill master 20-21, kv 22-25; decode master 26 (proxy, dp 1), kv 27 - 1*1. */
+        {NULL, B + 20, B + 26, B + 22, B + 26, false, 0, 0, B + 22, B + 27, 27},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        const char *name = rows[i].file ? rows[i].file : "SPELLINGS";
+        json_t *cfg = rows[i].file ? load_config(rows[i].file) : parse(SPELLINGS);
+        if (!cfg)
+            continue;
+        struct up_plan p;
+        struct cfg_errors e;
+        cfg_errors_init(&e, "");
+        struct up_plan_opts o = OPTS;
+        o.port_base = B;
+        if (up_plan_build(cfg, &o, &p, &e) != 0)
+            fail_msg("%s: %s", name, cfg_errors_text(&e));
+
+        /* The rewritten keys, under their underscore spelling only. */
+        json_t *pe = engine_of(&p, "prefill"), *de = engine_of(&p, "decode");
+        json_t *pm = json_object_get(pe, "data_parallel_master_port");
+        json_t *dm = json_object_get(de, "data_parallel_master_port");
+        if ((int)json_integer_value(pm) != rows[i].p_master ||
+            (int)json_integer_value(dm) != rows[i].d_master)
+            fail_msg("%s: data_parallel_master_port %lld/%lld, expected %d/%d", name,
+                     (long long)json_integer_value(pm), (long long)json_integer_value(dm),
+                     rows[i].p_master, rows[i].d_master);
+        assert_null(json_object_get(pe, "--data-parallel-master-port"));
+        assert_null(json_object_get(pe, "data-parallel-rpc-port"));
+        assert_null(json_object_get(de, "kv-transfer-config"));
+        char kv[32];
+        bool str;
+        char want[32];
+        snprintf(want, sizeof(want), "%d", rows[i].p_kv);
+        kv_port_of(&p, "prefill", kv, sizeof(kv), &str);
+        if (rows[i].p_kv && (strcmp(kv, want) != 0 || str != rows[i].kv_string))
+            fail_msg("%s: prefill kv_port %s (string %d), expected %s", name, kv, str, want);
+        snprintf(want, sizeof(want), "%d", rows[i].d_kv);
+        kv_port_of(&p, "decode", kv, sizeof(kv), &str);
+        if (rows[i].d_kv && strcmp(kv, want) != 0)
+            fail_msg("%s: decode kv_port %s, expected %s", name, kv, want);
+        if (!rows[i].p_kv) { /* not added where the file has none */
+            kv_port_of(&p, "prefill", kv, sizeof(kv), &str);
+            assert_string_equal(kv, "(none)");
+        }
+        assert_int_equal(json_integer_value(json_object_get(pe, "disaggregation_bootstrap_port")),
+                         rows[i].p_boot);
+        assert_int_equal(json_integer_value(json_object_get(de, "disaggregation_bootstrap_port")),
+                         rows[i].d_boot);
+
+        /* What the node managers derive from them. */
+        const struct up_pod *pp = NULL, *dp = NULL;
+        for (size_t k = 0; k < p.n_pods; k++) {
+            if (!pp && p.pods[k].role == WIRE_ROLE_PREFILL)
+                pp = &p.pods[k];
+            if (!dp && p.pods[k].role == WIRE_ROLE_DECODE)
+                dp = &p.pods[k];
+        }
+        assert_non_null(pp);
+        assert_non_null(dp);
+        assert_int_equal(pp->kv_port, rows[i].p_kv_pod);
+        assert_int_equal(dp->kv_port, rows[i].d_kv_pod);
+        if (rows[i].p_master)
+            assert_int_equal(pp->dp_master_port, rows[i].p_master);
+        assert_int_equal(pp->bootstrap_port, rows[i].p_boot);
+
+        /* No two derived ports collide, all inside the block, and the bound check's
+         * figure is the top of it. */
+        int *v;
+        size_t n = derived_ports(&p, &v);
+        for (size_t k = 0; k < n; k++) {
+            if (v[k] < B || v[k] > B + rows[i].top)
+                fail_msg("%s: port %d outside %d..%d", name, v[k], B, B + rows[i].top);
+            if (k && v[k] == v[k - 1])
+                fail_msg("%s: port %d derived twice", name, v[k]);
+        }
+        assert_int_equal(v[n - 1], B + rows[i].top);
+
+        /* A second fleet right above this one's block shares no port with it, derived
+         * or written in the effective config. */
+        int b2 = v[n - 1] + 1;
+        b2 += b2 & 1; /* same parity: the same layout */
+        struct up_plan q;
+        o.port_base = b2;
+        if (up_plan_build(cfg, &o, &q, &e) != 0)
+            fail_msg("%s (base %d): %s", name, b2, cfg_errors_text(&e));
+        int *w;
+        size_t m = derived_ports(&q, &w);
+        assert_int_equal(m, n);
+        for (size_t k = 0; k < m; k++) {
+            assert_int_equal(w[k], v[k] + (b2 - B)); /* the same layout, shifted */
+            for (size_t l = 0; l < n; l++)
+                if (w[k] == v[l])
+                    fail_msg("%s: port %d in both fleets", name, w[k]);
+        }
+        free(w);
+        up_plan_release(&q);
+
+        /* The bound check covers these ports: a base that leaves the top beyond 65535
+         * is refused with the true top. */
+        /* (Bases of one parity: the engine block starts on an even port.) */
+        int hi = 65536 - rows[i].top;
+        hi += hi & 1;
+        o.port_base = hi;
+        assert_int_equal(up_plan_build(cfg, &o, &q, &e), -EINVAL);
+        char msg[96];
+        snprintf(msg, sizeof(msg), "needs ports up to %d", hi + rows[i].top);
+        if (!strstr(cfg_errors_text(&e), msg))
+            fail_msg("%s: expected '%s' in:\n%s", name, msg, cfg_errors_text(&e));
+        up_plan_release(&q);
+        cfg_errors_release(&e);
+        cfg_errors_init(&e, "");
+        o.port_base = hi - 2;
+        if (up_plan_build(cfg, &o, &q, &e) != 0)
+            fail_msg("%s (base %d): %s", name, hi - 2, cfg_errors_text(&e));
+        up_plan_release(&q);
+
+        free(v);
+        up_plan_release(&p);
+        cfg_errors_release(&e);
+        json_decref(cfg);
+    }
+}
+
+/* The collision check knows the engines' own ports: two vLLM roles on the default DP
+ * master port, and two instances of one role sharing it (a layout limit: the node
+ * manager gives every instance of a role the same port, so the message says so). */
+static void test_plan_engine_port_collisions(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *json;
+        int port_base;
+        const char *expect;
+    } cases[] = {
+        {"{\"motor_coordinator_config\": {\"api_config\": {\"coordinator_api_mgmt_port\": 1024}},"
+         " \"motor_engine_prefill_config\": {\"engine_type\": \"vllm\", \"engine_config\": "
+         "   {\"model\": \"m\", \"data_parallel_size\": 2, \"kv_transfer_config\": "
+         "   {\"kv_connector\": \"MooncakeConnectorV1\"}}},"
+         " \"motor_engine_decode_config\": {\"engine_type\": \"vllm\", \"engine_config\": "
+         "   {\"model\": \"m\", \"data_parallel_size\": 2, \"data_parallel_rpc_port\": 9100,"
+         "    \"kv_transfer_config\": {\"kv_connector\": \"MooncakeConnectorV1\"}}}}",
+         0, "29500 is used by both prefill-0 DP master rank 0 and decode-0 DP master rank 0"},
+        {"{\"motor_deploy_config\": {\"hybrid_instances_num\": 2},"
+         " \"motor_engine_union_config\": {\"engine_type\": \"vllm\", \"engine_config\": "
+         "   {\"model\": \"m\", \"data_parallel_size\": 2}}}",
+         30000,
+         "every instance of the union role reads the same "
+         "engine_config.data_parallel_master_port"},
+        {"{\"motor_deploy_config\": {\"p_instances_num\": 2, \"d_instances_num\": 1},"
+         " \"motor_engine_prefill_config\": {\"engine_type\": \"sglang\", \"engine_config\": "
+         "   {\"model\": \"m\"}},"
+         " \"motor_engine_decode_config\": {\"engine_type\": \"sglang\", \"engine_config\": "
+         "   {\"model\": \"m\"}}}",
+         30000,
+         "every instance of the prefill role reads the same "
+         "engine_config.disaggregation_bootstrap_port"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        json_t *cfg = parse(cases[i].json);
+        struct up_plan p;
+        struct cfg_errors e;
+        cfg_errors_init(&e, "");
+        struct up_plan_opts o = OPTS;
+        o.port_base = cases[i].port_base;
+        assert_int_equal(up_plan_build(cfg, &o, &p, &e), -EINVAL);
+        if (!strstr(cfg_errors_text(&e), cases[i].expect))
+            fail_msg("case %zu: expected '%s' in:\n%s", i, cases[i].expect, cfg_errors_text(&e));
+        up_plan_release(&p);
+        cfg_errors_release(&e);
+        json_decref(cfg);
+    }
+}
+
 /* ---- status ------------------------------------------------------------------------ */
 
 static void test_metric_sum(void **state)
@@ -277,9 +598,14 @@ static void test_table(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_plan_pd),     cmocka_unit_test(test_plan_port_base),
-        cmocka_unit_test(test_plan_errors), cmocka_unit_test(test_metric_sum),
-        cmocka_unit_test(test_model),       cmocka_unit_test(test_table),
+        cmocka_unit_test(test_plan_pd),
+        cmocka_unit_test(test_plan_port_base),
+        cmocka_unit_test(test_plan_errors),
+        cmocka_unit_test(test_plan_port_base_engine_ports),
+        cmocka_unit_test(test_plan_engine_port_collisions),
+        cmocka_unit_test(test_metric_sum),
+        cmocka_unit_test(test_model),
+        cmocka_unit_test(test_table),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
