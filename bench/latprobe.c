@@ -137,7 +137,7 @@ static long response_length(const char *b, size_t n, int *status, bool *closes)
             return 0;
         char *numend;
         unsigned long size = strtoul(b + pos, &numend, 16);
-        if (numend == b + pos)
+        if (numend == b + pos || size > PROBE_RESP_MAX)
             return -1;
         pos = (size_t)(eol - b) + 2;
         if (size == 0) {
@@ -237,9 +237,14 @@ static char *read_file(const char *path, size_t *len)
     FILE *f = fopen(path, "rb");
     if (!f)
         return NULL;
-    char *buf = malloc(PROBE_RESP_MAX);
-    size_t n = buf ? fread(buf, 1, PROBE_RESP_MAX, f) : 0;
+    char *buf = malloc(PROBE_RESP_MAX + 1);
+    size_t n = buf ? fread(buf, 1, PROBE_RESP_MAX + 1, f) : 0;
     fclose(f);
+    if (n > PROBE_RESP_MAX) { /* a body the probe would silently cut */
+        free(buf);
+        errno = EFBIG;
+        return NULL;
+    }
     *len = n;
     return buf;
 }
@@ -266,20 +271,34 @@ int main(int argc, char **argv)
 {
     struct probe p = {.requests = 20000, .batch = 50, .warmup = 500};
     const char *path = "/v1/completions", *body_file = NULL;
-    static const struct option opts[] = {
-        {"requests", required_argument, NULL, 'n'}, {"batch", required_argument, NULL, 'b'},
-        {"warmup", required_argument, NULL, 'w'},   {"path", required_argument, NULL, 'p'},
-        {"body-file", required_argument, NULL, 'f'}, {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {{"requests", required_argument, NULL, 'n'},
+                                         {"batch", required_argument, NULL, 'b'},
+                                         {"warmup", required_argument, NULL, 'w'},
+                                         {"path", required_argument, NULL, 'p'},
+                                         {"body-file", required_argument, NULL, 'f'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "n:b:w:p:f:h", opts, NULL)) != -1) {
         switch (c) {
-        case 'n': p.requests = parse_count(optarg, "--requests"); break;
-        case 'b': p.batch = parse_count(optarg, "--batch"); break;
-        case 'w': p.warmup = parse_count(optarg, "--warmup"); break;
-        case 'p': path = optarg; break;
-        case 'f': body_file = optarg; break;
-        default: usage(); return c == 'h' ? 0 : 2;
+        case 'n':
+            p.requests = parse_count(optarg, "--requests");
+            break;
+        case 'b':
+            p.batch = parse_count(optarg, "--batch");
+            break;
+        case 'w':
+            p.warmup = parse_count(optarg, "--warmup");
+            break;
+        case 'p':
+            path = optarg;
+            break;
+        case 'f':
+            body_file = optarg;
+            break;
+        default:
+            usage();
+            return c == 'h' ? 0 : 2;
         }
     }
     for (int i = optind; i < argc; i++) {
@@ -306,10 +325,9 @@ int main(int argc, char **argv)
     }
     size_t cap = strlen(path) + body_len + 256;
     p.request = malloc(cap);
-    int hl = snprintf(p.request, cap,
-                      "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n%sContent-Length: %zu\r\n\r\n",
-                      body ? "POST" : "GET", path,
-                      body ? "Content-Type: application/json\r\n" : "", body_len);
+    int hl = snprintf(
+        p.request, cap, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n%sContent-Length: %zu\r\n\r\n",
+        body ? "POST" : "GET", path, body ? "Content-Type: application/json\r\n" : "", body_len);
     if (body)
         memcpy(p.request + hl, body, body_len);
     p.request_len = (size_t)hl + body_len;
@@ -323,8 +341,8 @@ int main(int argc, char **argv)
         t->batch_median_us = calloc((size_t)rounds, sizeof(double));
         for (long k = 0; k < p.warmup; k++)
             if (!exchange(&p, t)) {
-                fprintf(stderr, "motor-latprobe: %s (port %d) failed during warm-up\n",
-                        t->name, t->port);
+                fprintf(stderr, "motor-latprobe: %s (port %d) failed during warm-up\n", t->name,
+                        t->port);
                 return 1;
             }
     }

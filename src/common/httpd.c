@@ -693,7 +693,7 @@ static bool can_answer(struct httpd_req *req, const char *what)
     return true;
 }
 
-/* Content-Type goes in front of the handler's headers (as MHD sent it). */
+/* Content-Type, after the handler's headers. */
 static void set_content_type(struct httpd_req *req, const char *ctype)
 {
     /* At most 400: the line then fits whole in HTTPD_RESP_CTYPE_SLACK, past the cap of

@@ -3,14 +3,15 @@
 #include "common/util.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* jansson's limit (jansson_config.h JSON_PARSER_MAX_DEPTH): every value, scalars
- * included, counts one level, the top-level value being level 1. */
-#define REQSCAN_MAX_DEPTH 2048
+/* jansson's own limit, so a body accepted here is never refused by the PD re-parse:
+ * every value, scalars included, counts one level, the top-level value being level 1. */
+#define REQSCAN_MAX_DEPTH JSON_PARSER_MAX_DEPTH
 /* pdreq content_chars: values deeper than this under "prompt"/"messages" count 0. */
 #define REQSCAN_COUNT_DEPTH 8
 /* Keys we look for are short; a longer (escaped) key cannot be one of them. */
