@@ -124,12 +124,12 @@ void wall_iso8601(int64_t wall_millis, char *buf, size_t cap)
     snprintf(buf, cap, "%s.%03dZ", base, (int)ms);
 }
 
-size_t utf8_seq_len(const char *str)
+size_t utf8_seq_len_n(const char *str, size_t avail)
 {
     const unsigned char *s = (const unsigned char *)str;
-    unsigned char c = s[0];
-    if (c == 0)
+    if (avail == 0)
         return 0;
+    unsigned char c = s[0];
     if (c < 0x80)
         return 1;
     size_t n;
@@ -146,8 +146,10 @@ size_t utf8_seq_len(const char *str)
     } else {
         return 0; /* continuation byte, overlong C0/C1, F5..FF */
     }
+    if (avail < n)
+        return 0;
     for (size_t i = 1; i < n; i++) {
-        if ((s[i] & 0xC0) != 0x80) /* also stops at the NUL */
+        if ((s[i] & 0xC0) != 0x80)
             return 0;
         cp = (cp << 6) | (s[i] & 0x3F);
     }
@@ -155,6 +157,12 @@ size_t utf8_seq_len(const char *str)
         (cp >= 0xD800 && cp <= 0xDFFF))
         return 0;
     return n;
+}
+
+size_t utf8_seq_len(const char *str)
+{
+    /* A NUL ends the string: it can neither start nor continue a sequence. */
+    return utf8_seq_len_n(str, strnlen(str, 4));
 }
 
 /* strtol/strtod skip leading white space; a "whole string" must not start with it. */

@@ -17,7 +17,7 @@
 void *xmalloc(size_t n);
 void *xcalloc(size_t count, size_t size);
 void *xrealloc(void *p, size_t n);
-char *xstrdup(const char *s);          /* NULL in, NULL out */
+char *xstrdup(const char *s); /* NULL in, NULL out */
 char *xstrndup(const char *s, size_t n);
 /* printf into a fresh heap string (the replacement for sprintf). */
 char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -54,6 +54,9 @@ size_t fmt_hex64(char *buf, uint64_t v);
  * starts an invalid, overlong, surrogate or truncated sequence. For JSON/exposition
  * writers that must never emit invalid UTF-8. */
 size_t utf8_seq_len(const char *s);
+/* The same for a buffer of which only `avail` bytes may be read (no NUL needed): a
+ * sequence cut by the end of the buffer is invalid (0). */
+size_t utf8_seq_len_n(const char *s, size_t avail);
 
 /* Constant-time comparison of two NUL-terminated secrets (length leaks only); false
  * when either is NULL. */

@@ -67,38 +67,6 @@ static int hex4(const unsigned char *p)
     return v;
 }
 
-/* Length of the valid UTF-8 sequence at p (2..4), or 0: overlong forms, surrogates,
- * code points above U+10FFFF and truncated sequences are invalid, as in jansson. */
-static size_t utf8_seq(const unsigned char *p, const unsigned char *end)
-{
-    unsigned c = p[0];
-    size_t n;
-    unsigned cp;
-    if (c >= 0xC2 && c <= 0xDF) {
-        n = 2;
-        cp = c & 0x1F;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        n = 3;
-        cp = c & 0x0F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        n = 4;
-        cp = c & 0x07;
-    } else {
-        return 0;
-    }
-    if ((size_t)(end - p) < n)
-        return 0;
-    for (size_t i = 1; i < n; i++) {
-        if ((p[i] & 0xC0) != 0x80)
-            return 0;
-        cp = (cp << 6) | (p[i] & 0x3F);
-    }
-    if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) || cp > 0x10FFFF ||
-        (cp >= 0xD800 && cp <= 0xDFFF))
-        return 0;
-    return n;
-}
-
 static size_t utf8_len(unsigned cp)
 {
     return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
@@ -146,7 +114,7 @@ static int scan_string(struct scan *s, struct val *v)
         if (c < 0x20)
             return fail(s, p, "control character in a string");
         if (c >= 0x80) {
-            size_t n = utf8_seq(p, end);
+            size_t n = utf8_seq_len_n((const char *)p, (size_t)(end - p));
             if (!n)
                 return fail(s, p, "invalid UTF-8");
             p += n;
