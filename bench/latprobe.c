@@ -232,7 +232,7 @@ static double median_double(double *v, size_t n)
     return n ? (n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2) : 0;
 }
 
-static char *read_file(const char *path, size_t *len)
+static char *util_read_file(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
@@ -319,7 +319,7 @@ int main(int argc, char **argv)
     }
     size_t body_len = 0;
     char *body = NULL;
-    if (body_file && !(body = read_file(body_file, &body_len))) {
+    if (body_file && !(body = util_read_file(body_file, &body_len))) {
         fprintf(stderr, "motor-latprobe: cannot read %s: %s\n", body_file, strerror(errno));
         return 2;
     }

@@ -84,7 +84,7 @@ int register_parse_group(const char *spec, struct register_ep **out, size_t *n_o
             *--e = '\0';
         char *colon = strrchr(s, ':');
         int port = 0;
-        if (!*s || !colon || colon == s || parse_int(colon + 1, 1, 65535, &port) < 0) {
+        if (!*s || !colon || colon == s || util_parse_int(colon + 1, 1, 65535, &port) < 0) {
             errf(err, cap, "invalid endpoint '%s' (want IP:PORT)", item);
             free(item);
             register_eps_free(eps, n);
@@ -345,7 +345,7 @@ static char *view_signature(json_t *inst)
         const char *ip = json_string_value(json_object_get(e, "ip"));
         const char *port = json_string_value(json_object_get(e, "business_port"));
         int p = 0;
-        if (!ip || !port || parse_int(port, 1, 65535, &p) < 0)
+        if (!ip || !port || util_parse_int(port, 1, 65535, &p) < 0)
             continue;
         if (json_is_true(json_object_get(e, "headless")))
             continue; /* our registrations never have headless endpoints */
@@ -411,7 +411,7 @@ static json_t *del_entry(json_t *inst)
 static int wait_liveness(const struct reg_opts *o)
 {
     char *url = mgmt_url(o, "/liveness");
-    int64_t deadline = mono_ms() + (int64_t)(o->timeout_s * 1000);
+    int64_t deadline = util_mono_ms() + (int64_t)(o->timeout_s * 1000);
     struct strbuf sb;
     strbuf_init(&sb, 1 << 16);
     char err[512] = "";
@@ -423,7 +423,7 @@ static int wait_liveness(const struct reg_opts *o)
             rc = 0;
             break;
         }
-        if (mono_ms() >= deadline)
+        if (util_mono_ms() >= deadline)
             break;
         usleep(200 * 1000);
     }
@@ -844,7 +844,7 @@ int register_main(int argc, char **argv)
         }
         case 'i': {
             int64_t id;
-            if (parse_i64(optarg, 0, INT64_MAX, &id) < 0) {
+            if (util_parse_i64(optarg, 0, INT64_MAX, &id) < 0) {
                 fprintf(stderr, "motor register: --id must be a non-negative integer\n");
                 goto out;
             }
@@ -856,7 +856,7 @@ int register_main(int argc, char **argv)
             o.coordinator = optarg;
             break;
         case 'm':
-            if (parse_int(optarg, 1, 65535, &o.mgmt_port) < 0) {
+            if (util_parse_int(optarg, 1, 65535, &o.mgmt_port) < 0) {
                 fprintf(stderr, "motor register: --mgmt-port must be 1-65535\n");
                 goto out;
             }
@@ -881,7 +881,7 @@ int register_main(int argc, char **argv)
             o.engine = optarg;
             break;
         case 't':
-            if (parse_double(optarg, 0, 86400, &o.timeout_s) < 0) {
+            if (util_parse_double(optarg, 0, 86400, &o.timeout_s) < 0) {
                 fprintf(stderr, "motor register: --timeout must be seconds (0-86400)\n");
                 goto out;
             }

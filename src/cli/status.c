@@ -127,7 +127,7 @@ double status_metric_sum(const char *text, const char *name)
                 num[k++] = *v++;
             num[k] = '\0';
             double d;
-            if (k && parse_double(num, -1e300, 1e300, &d) == 0) {
+            if (k && util_parse_double(num, -1e300, 1e300, &d) == 0) {
                 sum += d;
                 seen = true;
             }
@@ -318,7 +318,7 @@ static bool json_int_of(const json_t *v, int64_t *out)
         return false;
     }
     if (json_is_string(v))
-        return parse_i64(json_string_value(v), INT64_MIN, INT64_MAX, out) == 0;
+        return util_parse_i64(json_string_value(v), INT64_MIN, INT64_MAX, out) == 0;
     return false;
 }
 
@@ -826,7 +826,7 @@ struct status_run {
 static void on_docs(const struct status_docs *d, void *arg)
 {
     struct status_run *run = arg;
-    run->model = status_model(&run->t, d, (double)wall_ms() / 1000.0);
+    run->model = status_model(&run->t, d, (double)util_wall_ms() / 1000.0);
     reactor_stop(run->r);
 }
 
@@ -950,7 +950,7 @@ int status_main(int argc, char **argv)
     }
     char *key = NULL;
     if (key_file) {
-        char *raw = read_file(key_file, 4096, NULL);
+        char *raw = util_read_file(key_file, 4096, NULL);
         if (!raw) {
             fprintf(stderr, "motor status: %s: %s\n", key_file, strerror(errno));
             free(ctl);

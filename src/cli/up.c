@@ -242,7 +242,7 @@ static void write_info(struct up *u)
                              u->infer_url, "coordinator_mgmt_url", u->mgmt_url, "controller_url",
                              u->ctl_url, "ready", u->ready, "children", kids);
     char *s = json_dumps(info, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-    if (s && write_file_atomic(u->info_path, s, strlen(s), 0644) < 0)
+    if (s && util_write_file_atomic(u->info_path, s, strlen(s), 0644) < 0)
         log_warn("up_info_write_failed", LF_STR("path", u->info_path),
                  LF_STR("error", strerror(errno)));
     free(s);
@@ -258,7 +258,7 @@ static void render_view(struct up *u)
     struct strbuf sb;
     strbuf_init(&sb, 1u << 20);
     char up_for[32];
-    fmt_duration(up_for, sizeof(up_for), mono_ms() - u->start_ms);
+    fmt_duration(up_for, sizeof(up_for), util_mono_ms() - u->start_ms);
     strbuf_appendf(&sb, "motor up  %s  (state %s, up %s)  Ctrl-C stops everything\n",
                    u->config_path, u->state_dir, up_for);
     if (u->phase == PH_STOPPING)
@@ -279,7 +279,7 @@ static void render_view(struct up *u)
         struct child *c = &u->ch[i];
         char upt[32] = "-";
         if (c->state == CS_RUNNING)
-            fmt_duration(upt, sizeof(upt), mono_ms() - c->started_ms);
+            fmt_duration(upt, sizeof(upt), util_mono_ms() - c->started_ms);
         status_table_cell(&t, "%s", c->name);
         if (c->pid > 0 && c->state == CS_RUNNING)
             status_table_cell(&t, "%d", (int)c->pid);
@@ -321,7 +321,7 @@ static void render_view(struct up *u)
     }
     strbuf_puts(&scr, "\033[J");
     if (strbuf_str(&scr))
-        write_all(STDOUT_FILENO, strbuf_str(&scr), scr.len);
+        util_write_all(STDOUT_FILENO, strbuf_str(&scr), scr.len);
     strbuf_release(&scr);
     strbuf_release(&sb);
 }
@@ -418,7 +418,7 @@ static void start_child(struct up *u, struct child *c)
     c->proc = p;
     c->pid = proc_pid(p);
     c->state = CS_RUNNING;
-    c->started_ms = mono_ms();
+    c->started_ms = util_mono_ms();
     write_info(u); /* before the event: whoever waits for it may read up.json */
     log_info("up_child_started", LF_STR("name", c->name), LF_INT("pid", c->pid),
              LF_STR("role", c->pod ? up_role_name(c->pod->role) : NULL),
@@ -451,7 +451,7 @@ static void boot_tick(struct reactor *r, void *arg)
     struct up *u = arg;
     if (u->phase == PH_STOPPING || u->boot_req)
         return;
-    if (mono_ms() > u->boot_deadline) {
+    if (util_mono_ms() > u->boot_deadline) {
         reactor_timer_stop(u->r, &u->boot_timer);
         fprintf(stderr, "motor up: %s did not answer on %s within %d s (log: %s)\n",
                 u->boot_child->name, u->boot_child->listen, BOOT_TIMEOUT_MS / 1000,
@@ -476,7 +476,7 @@ static void boot_next(struct up *u)
         if (u->phase == PH_STOPPING)
             return;
         u->boot_child = c;
-        u->boot_deadline = mono_ms() + BOOT_TIMEOUT_MS;
+        u->boot_deadline = util_mono_ms() + BOOT_TIMEOUT_MS;
         reactor_timer_start(u->r, &u->boot_timer, BOOT_PROBE_MS, BOOT_PROBE_MS);
         return;
     }
@@ -491,7 +491,7 @@ static void boot_next(struct up *u)
 
 static void print_ready(struct up *u)
 {
-    int64_t secs = (mono_ms() - u->start_ms + 500) / 1000;
+    int64_t secs = (util_mono_ms() - u->start_ms + 500) / 1000;
     const char *model = u->model_name ? u->model_name : "";
     log_info("up_ready", LF_STR("url", u->openai_url), LF_STR("model", model),
              LF_INT("instances", u->routable), LF_INT("seconds", secs));
@@ -549,7 +549,7 @@ static void evaluate(struct up *u)
     json_t *rt = json_object_get(json_object_get(u->model, "coordinator"), "requests_total");
     if (json_is_integer(rt))
         total = (double)json_integer_value(rt);
-    int64_t now = mono_ms();
+    int64_t now = util_mono_ms();
     if (total >= 0) {
         if (u->req_ms > 0 && now > u->req_ms && total >= u->req_total)
             u->rps = (total - u->req_total) * 1000.0 / (double)(now - u->req_ms);
@@ -598,7 +598,7 @@ static void on_status(const struct status_docs *d, void *arg)
     struct status_targets t = {
         .controller = u->ctl_url, .coordinator = u->mgmt_url, .mgmt_key = u->mgmt_key};
     json_decref(u->model);
-    u->model = status_model(&t, d, (double)wall_ms() / 1000.0);
+    u->model = status_model(&t, d, (double)util_wall_ms() / 1000.0);
     track_instances(u);
     if (!u->models_req)
         evaluate(u);
@@ -663,7 +663,7 @@ static void sweep_orphans(void)
         struct dirent *de;
         while ((de = readdir(d))) {
             int pid;
-            if (parse_int(de->d_name, 1, INT_MAX, &pid) < 0)
+            if (util_parse_int(de->d_name, 1, INT_MAX, &pid) < 0)
                 continue;
             char path[64], buf[512];
             snprintf(path, sizeof(path), "/proc/%d/stat", pid);
@@ -712,7 +712,7 @@ static void stop_done(struct proc *p, void *arg)
     bool have = proc_exit_status(p, &st);
     log_info("up_child_stopped", LF_STR("name", c->name), LF_INT("pid", c->pid),
              LF_INT("code", have ? st.code : -1), LF_INT("signal", have ? st.signo : 0),
-             LF_INT("ms", mono_ms() - u->start_ms));
+             LF_INT("ms", util_mono_ms() - u->start_ms));
     proc_free(p);
     c->proc = NULL;
     c->state = CS_STOPPED;
@@ -994,7 +994,7 @@ static char *read_mgmt_key(const json_t *cfg)
         cfg_lookup((json_t *)cfg, "motor_coordinator_config.mgmt_api_key_config.api_key_file"));
     if (!f)
         return NULL;
-    char *raw = read_file(f, 4096, NULL);
+    char *raw = util_read_file(f, 4096, NULL);
     if (raw)
         raw[strcspn(raw, "\r\n")] = '\0';
     return raw;
@@ -1098,7 +1098,7 @@ int up_main(int argc, char **argv)
     }
 
     struct up u = {.lock_fd = -1, .exit_code = 1};
-    u.start_ms = mono_ms();
+    u.start_ms = util_mono_ms();
     u.config_path = xstrdup(cfg_path);
     u.motor_bin = self_exe();
     u.ready_timeout_ms = (int64_t)(a.ready_timeout * 1000);
@@ -1174,7 +1174,7 @@ int up_main(int argc, char **argv)
     rc = mkdir_p(logs);
     free(logs);
     char *eff = json_dumps(u.plan.config, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-    if (rc < 0 || !eff || write_file_atomic(u.eff_path, eff, strlen(eff), 0644) < 0) {
+    if (rc < 0 || !eff || util_write_file_atomic(u.eff_path, eff, strlen(eff), 0644) < 0) {
         fprintf(stderr, "motor up: cannot write %s: %s\n", u.eff_path, strerror(errno));
         free(eff);
         goto out;

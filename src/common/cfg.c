@@ -427,7 +427,7 @@ json_t *cfg_load_buffer(const char *data, size_t len, struct cfg_errors *e)
 json_t *cfg_load_file(const char *path, struct cfg_errors *e)
 {
     size_t len = 0;
-    char *data = read_file(path, CFG_FILE_MAX, &len);
+    char *data = util_read_file(path, CFG_FILE_MAX, &len);
     if (!data) {
         int err = errno;
         if (err == EFBIG)

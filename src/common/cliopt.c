@@ -34,13 +34,13 @@ static int store(const char *prog, const struct cliopt *o, const char *arg)
         *(bool *)o->out = true;
         break;
     case CLIOPT_INT:
-        rc = parse_int(arg, (int)o->min, (int)o->max, (int *)o->out);
+        rc = util_parse_int(arg, (int)o->min, (int)o->max, (int *)o->out);
         break;
     case CLIOPT_I64:
-        rc = parse_i64(arg, (int64_t)o->min, (int64_t)o->max, (int64_t *)o->out);
+        rc = util_parse_i64(arg, (int64_t)o->min, (int64_t)o->max, (int64_t *)o->out);
         break;
     case CLIOPT_DOUBLE:
-        rc = parse_double(arg, o->min, o->max, (double *)o->out);
+        rc = util_parse_double(arg, o->min, o->max, (double *)o->out);
         break;
     }
     if (rc < 0) {

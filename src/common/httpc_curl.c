@@ -499,7 +499,7 @@ static void finish(struct httpc_req *q)
             .body = strbuf_str(&q->resp),
             .body_len = q->resp.len,
             .content_type = ct,
-            .elapsed_ms = mono_ms() - q->start_ms,
+            .elapsed_ms = util_mono_ms() - q->start_ms,
         };
         if (q->done)
             q->done(&resp, q->arg);
@@ -826,7 +826,7 @@ static struct httpc_req *start(struct httpc_curl *c, const struct httpc_opts *o,
     q->c = c;
     q->done = done;
     q->arg = arg;
-    q->start_ms = mono_ms();
+    q->start_ms = util_mono_ms();
     q->state = REQ_FINISHING; /* in no list yet */
     strbuf_init(&q->resp, 1);
     c->nactive++;

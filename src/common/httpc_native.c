@@ -290,7 +290,7 @@ static void finish(struct httpc_req *q, int err, const char *text)
             .body = strbuf_str(&q->resp),
             .body_len = q->resp.len,
             .content_type = q->have_head && q->head.has_ctype ? q->head.ctype : NULL,
-            .elapsed_ms = mono_ms() - q->start_ms,
+            .elapsed_ms = util_mono_ms() - q->start_ms,
         };
         if (q->done)
             q->done(&resp, q->arg);
@@ -312,7 +312,7 @@ static void on_timer(struct reactor *r, void *arg)
     struct httpc_req *q = arg;
     struct httpc_native *n = q->n;
     enter(n);
-    int64_t took = mono_ms() - q->start_ms;
+    int64_t took = util_mono_ms() - q->start_ms;
     if (q->st == NQ_CONNECTING || q->st == NQ_RESOLVING)
         fail(q, -ETIMEDOUT, "connection to %s port %d timed out after %lld ms", q->pool->host,
              q->pool->port, (long long)took);
@@ -460,7 +460,7 @@ static void open_connection(struct httpc_req *q, const struct sockaddr *sa, sock
     q->got_bytes = false;
     if (connecting) {
         q->st = NQ_CONNECTING;
-        int64_t left = q->deadline_ms - mono_ms();
+        int64_t left = q->deadline_ms - util_mono_ms();
         int64_t ct = MOTOR_MIN(left, q->connect_timeout_ms);
         reactor_timer_start(n->r, &q->timer, ct > 0 ? ct : 0, 0);
         return;
@@ -551,7 +551,7 @@ static void start_resolve(struct httpc_req *q)
     }
     q->res = res;
     q->st = NQ_RESOLVING;
-    int64_t left = q->deadline_ms - mono_ms();
+    int64_t left = q->deadline_ms - util_mono_ms();
     int64_t ct = MOTOR_MIN(left, q->connect_timeout_ms);
     reactor_timer_start(n->r, &q->timer, ct > 0 ? ct : 0, 0);
 }
@@ -770,7 +770,7 @@ static void on_conn_event(struct reactor *r, int fd, uint32_t events, void *arg)
             goto out;
         }
         c->connecting = false;
-        int64_t left = q->deadline_ms - mono_ms();
+        int64_t left = q->deadline_ms - util_mono_ms();
         reactor_timer_start(n->r, &q->timer, left > 0 ? left : 0, 0);
         send_request(q);
         goto out;
@@ -881,7 +881,7 @@ static void build(struct outbuf *o, const char *method, const struct httpc_url *
             puts_(o, "]");
         if (u->port != 80) {
             char port[24] = ":";
-            put(o, port, 1 + fmt_u64(port + 1, (uint64_t)u->port));
+            put(o, port, 1 + util_fmt_u64(port + 1, (uint64_t)u->port));
         }
         puts_(o, "\r\n");
     }
@@ -903,7 +903,7 @@ static void build(struct outbuf *o, const char *method, const struct httpc_url *
         }
         char cl[24];
         puts_(o, "Content-Length: ");
-        put(o, cl, fmt_u64(cl, body_len));
+        put(o, cl, util_fmt_u64(cl, body_len));
         puts_(o, "\r\n");
     }
     puts_(o, "\r\n");
@@ -932,7 +932,7 @@ static struct httpc_req *req_new(struct httpc_native *n, size_t out_len, httpc_d
     q->n = n;
     q->done = done;
     q->arg = arg;
-    q->start_ms = mono_ms();
+    q->start_ms = util_mono_ms();
     q->out_len = out_len;
     reactor_timer_init(&q->timer, on_timer, q);
     reactor_deferred_init(&q->dfr, on_deferred, q);

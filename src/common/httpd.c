@@ -155,7 +155,7 @@ struct httpd_req *httpd_req_new(struct httpd *h, void *conn, size_t nhdrs, size_
     req->hdrs = (struct httpd_kv *)(void *)(req + 1);
     req->query = req->hdrs + nhdrs;
     req->arena = (char *)(req->query + nquery);
-    req->start_ms = mono_ms();
+    req->start_ms = util_mono_ms();
     req->method = "";
     req->path = "/";
     strbuf_init(&req->rhdrs, HTTPD_RESP_HEADERS_MAX + HTTPD_RESP_CTYPE_SLACK);
@@ -200,7 +200,7 @@ void httpd_req_finish(struct httpd_req *req, bool ok)
     if (req->handled && log_enabled(LOG_DEBUG) && !is_quiet(h, req->path))
         log_debug("http_request", LF_STR("server", h->name), LF_STR("method", req->method),
                   LF_STR("path", req->path), LF_INT("status", req->status),
-                  LF_INT("duration_ms", mono_ms() - req->start_ms), LF_STR("peer", req->peer),
+                  LF_INT("duration_ms", util_mono_ms() - req->start_ms), LF_STR("peer", req->peer),
                   LF_BOOL("ok", ok));
     if (req->on_close) {
         httpd_close_cb cb = req->on_close;
@@ -360,7 +360,7 @@ static void route(struct httpd_req *req)
             httpd_respond_error(req, 401, "missing management key");
             return;
         }
-        if (!secret_equal(got, h->api_key)) {
+        if (!util_secret_equal(got, h->api_key)) {
             httpd_respond_error(req, 403, "invalid management key");
             return;
         }

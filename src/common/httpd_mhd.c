@@ -506,7 +506,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         const char *cl =
             mhd.lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         int64_t n = 0;
-        if (cl && parse_i64(cl, 0, INT64_MAX, &n) == 0 && (uint64_t)n > h->max_body) {
+        if (cl && util_parse_i64(cl, 0, INT64_MAX, &n) == 0 && (uint64_t)n > h->max_body) {
             req->too_large = true;
             const char *expect =
                 mhd.lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
@@ -587,14 +587,14 @@ static void mhd_shutdown(struct httpd *h)
                 httpd_stream_end(q, false);
             resume_req(q);
         }
-        int64_t deadline = mono_ms() + HTTPD_SHUTDOWN_FLUSH_MS;
+        int64_t deadline = util_mono_ms() + HTTPD_SHUTDOWN_FLUSH_MS;
         for (;;) {
             m->in_run = true;
             mhd.run(m->d);
             m->in_run = false;
             if (!any_unfinished(h))
                 break;
-            int64_t left = deadline - mono_ms();
+            int64_t left = deadline - util_mono_ms();
             if (left <= 0)
                 break;
             for (struct httpd_req *q = h->live; q; q = q->next)
@@ -657,7 +657,7 @@ static void mhd_logger(void *cls, const char *fmt, va_list ap)
 
 static char *read_pem(const char *name, const char *what, const char *path)
 {
-    char *s = read_file(path, HTTPD_TLS_FILE_MAX, NULL);
+    char *s = util_read_file(path, HTTPD_TLS_FILE_MAX, NULL);
     if (!s) {
         int e = errno;
         log_error("httpd_tls_file_unreadable", LF_STR("server", name), LF_STR("file", what),

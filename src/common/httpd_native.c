@@ -1065,9 +1065,9 @@ static void native_shutdown(struct httpd *h)
         c->writable = true;
         conn_run(c);
     }
-    int64_t deadline = mono_ms() + HTTPD_SHUTDOWN_FLUSH_MS;
+    int64_t deadline = util_mono_ms() + HTTPD_SHUTDOWN_FLUSH_MS;
     while (n->conns) {
-        int64_t left = deadline - mono_ms();
+        int64_t left = deadline - util_mono_ms();
         if (left <= 0)
             break;
         struct pollfd pf[64];

@@ -128,7 +128,7 @@ static bool put_json_string(struct line *l, const char *s)
                 esc[5] = hex[c & 15];
                 put(l, esc, 6);
             } else if (c >= 0x80) {
-                n = utf8_seq_len(p);
+                n = util_utf8_seq_len(p);
                 if (n == 0) {
                     put(l, "\\ufffd", 6);
                     n = 1;
@@ -157,7 +157,7 @@ void log_emit(enum log_level level, const char *event, const struct log_field *f
     l.len = 0;
     l.full = false;
     char ts[40];
-    wall_iso8601(wall_ms(), ts, sizeof(ts));
+    util_wall_iso8601(util_wall_ms(), ts, sizeof(ts));
     puts_(&l, "{\"ts\":\"");
     puts_(&l, ts);
     puts_(&l, "\",\"level\":\"");
@@ -216,5 +216,5 @@ void log_emit(enum log_level level, const char *event, const struct log_field *f
     }
     memcpy(l.buf + l.len, "}\n", 2);
     l.len += 2;
-    (void)write_all(g_fd, l.buf, l.len);
+    (void)util_write_all(g_fd, l.buf, l.len);
 }

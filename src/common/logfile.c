@@ -94,7 +94,7 @@ static int write_chunk(struct logfile *lf, const char *p, size_t n)
             return rc;
         }
     }
-    int rc = write_all(lf->fd, p, n);
+    int rc = util_write_all(lf->fd, p, n);
     if (rc) {
         lf->dropped += n;
         return rc;

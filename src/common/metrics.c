@@ -123,7 +123,7 @@ static bool valid_label_name(const char *s)
 static bool valid_utf8(const char *s)
 {
     while (*s) {
-        size_t n = utf8_seq_len(s);
+        size_t n = util_utf8_seq_len(s);
         if (n == 0)
             return false;
         s += n;

@@ -578,7 +578,7 @@ static void status_from(struct proc_status *st, int rc, const siginfo_t *si)
 /* Bookkeeping once the leader has been reaped. */
 static void mark_exited(struct proc *p, const char *cause)
 {
-    p->exited_at = mono_ms();
+    p->exited_at = util_mono_ms();
     registry_remove(p);
     if (p->pidfd >= 0) {
         reactor_del_fd(p->r, p->pidfd);
@@ -757,7 +757,7 @@ int proc_spawn(struct reactor *r, const struct proc_opts *o, struct proc **out)
         .envp = (char *const *)env,
         .candidates = cand,
     };
-    int64_t started = mono_ms();
+    int64_t started = util_mono_ms();
     pid_t pid = fork();
     if (pid < 0) {
         rc = -errno;
@@ -938,7 +938,7 @@ int64_t proc_exited_at(const struct proc *p)
 
 int64_t proc_uptime_ms(const struct proc *p)
 {
-    int64_t end = p->state == PROC_EXITED ? p->exited_at : mono_ms();
+    int64_t end = p->state == PROC_EXITED ? p->exited_at : util_mono_ms();
     return end - p->started_at;
 }
 
@@ -1036,7 +1036,7 @@ int proc_group_pids(pid_t pgid, pid_t *out, size_t cap)
     struct dirent *de;
     while ((de = readdir(d))) {
         int pid;
-        if (parse_int(de->d_name, 1, INT32_MAX, &pid) != 0)
+        if (util_parse_int(de->d_name, 1, INT32_MAX, &pid) != 0)
             continue;
         char path[64], buf[512];
         snprintf(path, sizeof(path), "/proc/%d/stat", pid);

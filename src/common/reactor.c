@@ -81,7 +81,7 @@ struct reactor *reactor_new(void)
     dlist_init(&r->deferred);
     dlist_init(&r->running);
     pthread_mutex_init(&r->inbox_lock, NULL);
-    r->now_ms = mono_ms();
+    r->now_ms = util_mono_ms();
     r->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (r->epfd < 0)
         goto fail;
@@ -308,7 +308,7 @@ void reactor_timer_start(struct reactor *r, struct reactor_timer *t, int64_t del
         heap_remove(r, t);
     if (delay_ms < 0)
         delay_ms = 0;
-    t->due_ms = mono_ms() + delay_ms;
+    t->due_ms = util_mono_ms() + delay_ms;
     t->interval_ms = interval_ms > 0 ? interval_ms : 0;
     heap_insert(r, t);
 }
@@ -322,7 +322,7 @@ void reactor_timer_stop(struct reactor *r, struct reactor_timer *t)
 
 static void run_due_timers(struct reactor *r)
 {
-    int64_t now = mono_ms();
+    int64_t now = util_mono_ms();
     r->now_ms = now;
     /* Only timers started before this pass fire in it: one (re)started from a callback
      * here has a larger seq. Heap order is (due, seq), and a timer started now is due no
@@ -354,12 +354,12 @@ static int wait_timeout(struct reactor *r, int timeout_ms)
         return 0;
     if (!r->heap_len)
         return timeout_ms;
-    int64_t until = r->heap[0]->due_ms - mono_ms();
+    int64_t until = r->heap[0]->due_ms - util_mono_ms();
     if (until <= 0)
         return 0;
     if (until > INT32_MAX)
         until = INT32_MAX;
-    /* mono_ms truncates, so waiting `until` whole ms never wakes before the due time. */
+    /* util_mono_ms truncates, so waiting `until` whole ms never wakes before the due time. */
     if (timeout_ms < 0 || until < timeout_ms)
         return (int)until;
     return timeout_ms;
@@ -505,7 +505,7 @@ int reactor_run_once(struct reactor *r, int timeout_ms)
             return -errno;
         n = 0;
     }
-    r->now_ms = mono_ms();
+    r->now_ms = util_mono_ms();
     for (int i = 0; i < n; i++) {
         struct fd_watch *w = events[i].data.ptr;
         if (w->dead)
@@ -513,7 +513,7 @@ int reactor_run_once(struct reactor *r, int timeout_ms)
         w->cb(r, w->fd, events[i].events, w->arg);
     }
     free_dead(r);
-    if (r->heap_len && r->heap[0]->due_ms <= mono_ms())
+    if (r->heap_len && r->heap[0]->due_ms <= util_mono_ms())
         run_due_timers(r);
     run_deferred(r);
     return n;

@@ -129,7 +129,7 @@ int strbuf_put_json_string(struct strbuf *sb, const char *s)
                 rc = strbuf_append(sb, esc, sizeof(esc));
             } else if (c >= 0x80) {
                 /* Strict parsers reject invalid UTF-8: replace each bad byte. */
-                size_t n = utf8_seq_len(p);
+                size_t n = util_utf8_seq_len(p);
                 if (n == 0) {
                     rc = strbuf_append(sb, "\\ufffd", 6);
                 } else {
@@ -179,5 +179,5 @@ void strbuf_consume(struct strbuf *sb, size_t n)
 int strbuf_put_u64(struct strbuf *sb, unsigned long long v)
 {
     char d[20];
-    return strbuf_append(sb, d, fmt_u64(d, v));
+    return strbuf_append(sb, d, util_fmt_u64(d, v));
 }

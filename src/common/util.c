@@ -15,75 +15,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static void oom(size_t n)
-{
-    char msg[96];
-    int len = snprintf(msg, sizeof(msg), "motor: out of memory allocating %zu bytes\n", n);
-    if (len > 0)
-        (void)!write(STDERR_FILENO, msg, (size_t)len);
-    abort();
-}
-
-void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    if (!p)
-        oom(n);
-    return p;
-}
-
-void *xcalloc(size_t count, size_t size)
-{
-    void *p = calloc(count ? count : 1, size ? size : 1);
-    if (!p)
-        oom(count * size);
-    return p;
-}
-
-void *xrealloc(void *p, size_t n)
-{
-    void *q = realloc(p, n ? n : 1);
-    if (!q)
-        oom(n);
-    return q;
-}
-
-char *xstrdup(const char *s)
-{
-    if (!s)
-        return NULL;
-    return xstrndup(s, strlen(s));
-}
-
-char *xstrndup(const char *s, size_t n)
-{
-    if (!s)
-        return NULL;
-    size_t len = strnlen(s, n);
-    char *p = xmalloc(len + 1);
-    memcpy(p, s, len);
-    p[len] = '\0';
-    return p;
-}
-
-char *xasprintf(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    va_list ap2;
-    va_copy(ap2, ap);
-    int len = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (len < 0) {
-        va_end(ap2);
-        return xstrdup("");
-    }
-    char *p = xmalloc((size_t)len + 1);
-    vsnprintf(p, (size_t)len + 1, fmt, ap2);
-    va_end(ap2);
-    return p;
-}
-
 static int64_t clock_ns(clockid_t id)
 {
     struct timespec ts;
@@ -91,22 +22,22 @@ static int64_t clock_ns(clockid_t id)
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-int64_t mono_ms(void)
+int64_t util_mono_ms(void)
 {
     return clock_ns(CLOCK_MONOTONIC) / 1000000LL;
 }
 
-int64_t mono_us(void)
+int64_t util_mono_us(void)
 {
     return clock_ns(CLOCK_MONOTONIC) / 1000LL;
 }
 
-int64_t wall_ms(void)
+int64_t util_wall_ms(void)
 {
     return clock_ns(CLOCK_REALTIME) / 1000000LL;
 }
 
-void wall_iso8601(int64_t wall_millis, char *buf, size_t cap)
+void util_wall_iso8601(int64_t wall_millis, char *buf, size_t cap)
 {
     /* Floor division: before the epoch, -1 ms is 23:59:59.999 of the previous second,
      * not a negative millisecond field. */
@@ -124,7 +55,7 @@ void wall_iso8601(int64_t wall_millis, char *buf, size_t cap)
     snprintf(buf, cap, "%s.%03dZ", base, (int)ms);
 }
 
-size_t utf8_seq_len_n(const char *str, size_t avail)
+size_t util_utf8_seq_len_n(const char *str, size_t avail)
 {
     const unsigned char *s = (const unsigned char *)str;
     if (avail == 0)
@@ -159,10 +90,10 @@ size_t utf8_seq_len_n(const char *str, size_t avail)
     return n;
 }
 
-size_t utf8_seq_len(const char *str)
+size_t util_utf8_seq_len(const char *str)
 {
     /* A NUL ends the string: it can neither start nor continue a sequence. */
-    return utf8_seq_len_n(str, strnlen(str, 4));
+    return util_utf8_seq_len_n(str, strnlen(str, 4));
 }
 
 /* strtol/strtod skip leading white space; a "whole string" must not start with it. */
@@ -171,7 +102,7 @@ static bool starts_clean(const char *s)
     return s && *s && !isspace((unsigned char)*s);
 }
 
-int parse_i64(const char *s, int64_t min, int64_t max, int64_t *out)
+int util_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out)
 {
     if (!starts_clean(s))
         return -EINVAL;
@@ -186,16 +117,16 @@ int parse_i64(const char *s, int64_t min, int64_t max, int64_t *out)
     return 0;
 }
 
-int parse_int(const char *s, int min, int max, int *out)
+int util_parse_int(const char *s, int min, int max, int *out)
 {
     int64_t v;
-    int rc = parse_i64(s, min, max, &v);
+    int rc = util_parse_i64(s, min, max, &v);
     if (rc == 0)
         *out = (int)v;
     return rc;
 }
 
-int parse_double(const char *s, double min, double max, double *out)
+int util_parse_double(const char *s, double min, double max, double *out)
 {
     if (!starts_clean(s))
         return -EINVAL;
@@ -219,7 +150,7 @@ int parse_double(const char *s, double min, double max, double *out)
     return 0;
 }
 
-bool secret_equal(const char *a, const char *b)
+bool util_secret_equal(const char *a, const char *b)
 {
     if (!a || !b)
         return false;
@@ -234,7 +165,7 @@ bool secret_equal(const char *a, const char *b)
     return diff == 0;
 }
 
-int write_all(int fd, const void *buf, size_t n)
+int util_write_all(int fd, const void *buf, size_t n)
 {
     const char *p = buf;
     while (n > 0) {
@@ -250,7 +181,7 @@ int write_all(int fd, const void *buf, size_t n)
     return 0;
 }
 
-char *read_file(const char *path, size_t max_bytes, size_t *len_out)
+char *util_read_file(const char *path, size_t max_bytes, size_t *len_out)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -302,7 +233,7 @@ static void fsync_parent(const char *path)
     free(copy);
 }
 
-int write_file_atomic(const char *path, const void *data, size_t n, int mode)
+int util_write_file_atomic(const char *path, const void *data, size_t n, int mode)
 {
     /* The pid alone is not unique: two threads writing the same path would share (and
      * truncate) one temp file and could publish a mix. A process-wide sequence number
@@ -315,7 +246,7 @@ int write_file_atomic(const char *path, const void *data, size_t n, int mode)
         rc = -errno;
         goto out;
     }
-    rc = write_all(fd, data, n);
+    rc = util_write_all(fd, data, n);
     if (rc == 0 && fsync(fd) != 0)
         rc = -errno;
     if (close(fd) != 0 && rc == 0)
@@ -331,7 +262,7 @@ out:
     return rc;
 }
 
-size_t fmt_u64(char *buf, uint64_t v)
+size_t util_fmt_u64(char *buf, uint64_t v)
 {
     char tmp[20];
     size_t n = 0;
@@ -344,7 +275,7 @@ size_t fmt_u64(char *buf, uint64_t v)
     return n;
 }
 
-size_t fmt_hex64(char *buf, uint64_t v)
+size_t util_fmt_hex64(char *buf, uint64_t v)
 {
     static const char digits[] = "0123456789abcdef";
     char tmp[16];
@@ -358,7 +289,7 @@ size_t fmt_hex64(char *buf, uint64_t v)
     return n;
 }
 
-long raise_nofile_limit(void)
+long util_raise_nofile_limit(void)
 {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) < 0)

@@ -224,7 +224,7 @@ static void change_status(struct ctl *c, struct ctl_inst *in, enum wire_ins_stat
     if (from == to)
         return;
     in->status = to;
-    in->status_wall_ms = wall_ms();
+    in->status_wall_ms = util_wall_ms();
     in->status_mono_ms = reactor_now(c->r);
     log_info("instance_state", LF_INT("instance_id", in->id), LF_STR("job_name", in->job_name),
              LF_STR("role", wire_role_str(in->role)), LF_STR("from", wire_ins_status_str(from)),
@@ -363,7 +363,7 @@ static void assemble(struct ctl *c, struct ctl_inst *p)
         ctl_asm_finalize(p);
     int64_t now = reactor_now(c->r);
     p->status = WIRE_INS_INITIAL;
-    p->status_wall_ms = wall_ms();
+    p->status_wall_ms = util_wall_ms();
     p->status_mono_ms = now;
     for (size_t i = 0; i < p->n_nms; i++) {
         p->nms[i].last_hb_ms = now;
@@ -399,7 +399,7 @@ static void assembly_probed(struct ctl *c, struct probe_round *pr)
         return;
     p->probing = false;
     bool changed = false;
-    double now_s = (double)wall_ms() / 1000.0;
+    double now_s = (double)util_wall_ms() / 1000.0;
     for (size_t k = pr->n; k-- > 0;) {
         if (pr->ok[k])
             continue;
@@ -498,7 +498,7 @@ json_t *ctl_register(struct ctl *c, const struct wire_register *m, int *status)
                         idx);
     }
     int64_t now = reactor_now(c->r);
-    double now_s = (double)wall_ms() / 1000.0;
+    double now_s = (double)util_wall_ms() / 1000.0;
     struct wire_err err = {{0}};
     struct ctl_inst *p = ctl_find_pending_job(c, m->job_name);
     if (p) {
@@ -535,7 +535,7 @@ json_t *ctl_register(struct ctl *c, const struct wire_register *m, int *status)
     }
     c->next_id++;
     ctl_save_meta(c);
-    p->created_wall_ms = wall_ms();
+    p->created_wall_ms = util_wall_ms();
     p->last_reg_ms = now;
     list_add(&c->pending, &c->n_pending, p);
     ctl_save_inst(c, p);
@@ -578,7 +578,7 @@ json_t *ctl_reregister(struct ctl *c, const struct wire_reregister *m, int *stat
     *status = 200;
     metrics_counter_inc(c->m.reregistrations);
     int64_t now = reactor_now(c->r);
-    double now_s = (double)wall_ms() / 1000.0;
+    double now_s = (double)util_wall_ms() / 1000.0;
     struct wire_err err = {{0}};
     struct ctl_inst *in = ctl_find(c, m->instance_id);
     if (in) {
@@ -631,7 +631,7 @@ json_t *ctl_reregister(struct ctl *c, const struct wire_reregister *m, int *stat
         if (c->n_pending + c->n_insts >= CTL_MAX_INSTANCES)
             return reg_error(c, "Too many instances", "the controller's instance limit is reached");
         p = ctl_asm_new_rereg(m, now_s);
-        p->created_wall_ms = wall_ms();
+        p->created_wall_ms = util_wall_ms();
         p->last_reg_ms = now;
         list_add(&c->pending, &c->n_pending, p);
         if (m->instance_id >= c->next_id) {
@@ -917,7 +917,7 @@ static void on_loaded(struct store *st, int err, const struct store_kv *kvs, siz
         const char *k = kvs[i].key;
         if (strcmp(k, "meta/next_id") == 0) {
             int64_t v;
-            if (parse_i64(kvs[i].value, 1, WIRE_ID_MAX, &v) == 0 && v > c->next_id)
+            if (util_parse_i64(kvs[i].value, 1, WIRE_ID_MAX, &v) == 0 && v > c->next_id)
                 c->next_id = v;
             continue;
         }
@@ -941,7 +941,7 @@ static void on_loaded(struct store *st, int err, const struct store_kv *kvs, siz
         } else if (strncmp(k, "ft/", 3) == 0) {
             int64_t id;
             struct ctl_ft_rt *rt = NULL;
-            if (j && parse_i64(k + 3, 0, WIRE_ID_MAX, &id) == 0)
+            if (j && util_parse_i64(k + 3, 0, WIRE_ID_MAX, &id) == 0)
                 rt = ctl_ft_rt_from_store_json(id, j);
             if (rt)
                 rts[n_rts++] = rt;
@@ -1200,7 +1200,7 @@ int controller_main(int argc, char **argv)
     if (cliopt_log_level("motor controller", a.log_level))
         return 2;
     signal(SIGPIPE, SIG_IGN);
-    long nofile = raise_nofile_limit();
+    long nofile = util_raise_nofile_limit();
     if (nofile >= 0 && nofile < 8192)
         log_warn("open_files_limit_low", LF_INT("limit", nofile),
                  LF_STR("why", "each client, node manager and engine connection holds one; raise "
@@ -1222,7 +1222,7 @@ int controller_main(int argc, char **argv)
         free(c);
         return lrc == 1 ? 0 : 1;
     }
-    c->start_wall_ms = wall_ms();
+    c->start_wall_ms = util_wall_ms();
     c->next_id = 1;
     tls_setup(c);
     metrics_setup(c);

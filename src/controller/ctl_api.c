@@ -188,7 +188,7 @@ static void h_heartbeat(struct httpd_req *req, void *arg)
         hb_reject(c, req, 500, err.msg, &m);
         goto out;
     }
-    double now_s = (double)wall_ms() / 1000.0;
+    double now_s = (double)util_wall_ms() / 1000.0;
     for (size_t k = 0; k < m.n_status; k++) {
         for (size_t e = 0; e < nm->n_eps; e++) {
             if (nm->eps[e].id == m.status[k].endpoint_id) {
@@ -372,7 +372,7 @@ static void h_ft_status(struct httpd_req *req, void *arg)
         return;
     const char *q = httpd_req_query(req, "instance_id");
     int64_t id = -1;
-    if (q && parse_i64(q, 0, WIRE_ID_MAX, &id) < 0) {
+    if (q && util_parse_i64(q, 0, WIRE_ID_MAX, &id) < 0) {
         httpd_respond_error(req, 400, "instance_id must be an integer");
         return;
     }
@@ -411,7 +411,7 @@ static void h_ft_status(struct httpd_req *req, void *arg)
 static json_t *inst_view(struct ctl *c, struct ctl_inst *in)
 {
     int64_t now = reactor_now(c->r);
-    double now_s = (double)wall_ms() / 1000.0;
+    double now_s = (double)util_wall_ms() / 1000.0;
     json_t *nms = json_array();
     for (size_t i = 0; i < in->n_nms; i++) {
         struct ctl_nm *nm = &in->nms[i];

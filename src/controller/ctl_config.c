@@ -138,7 +138,7 @@ static void set_str(char **dst, const char *v)
 static int read_secret(const char *path, char **out)
 {
     size_t len = 0;
-    char *text = read_file(path, CTLCFG_SECRET_MAX, &len);
+    char *text = util_read_file(path, CTLCFG_SECRET_MAX, &len);
     if (!text)
         return -errno;
     size_t n = strcspn(text, "\r\n");

@@ -114,7 +114,7 @@ static void history_add(struct ctl_ft_rt *rt, const char *scope, const char *pha
                         const char *detail)
 {
     char ts[32];
-    wall_iso8601(wall_ms(), ts, sizeof(ts));
+    util_wall_iso8601(util_wall_ms(), ts, sizeof(ts));
     json_t *e = json_pack("{s:s, s:s, s:s}", "ts", ts, "scope", scope, "phase", phase);
     if (detail && *detail)
         json_object_set_new(e, "detail", json_string(detail));
@@ -291,7 +291,7 @@ char *ctl_ft_new_request_id(void)
         ssize_t n = getrandom(b + got, sizeof(b) - got, 0);
         if (n <= 0) {
             /* getrandom cannot fail for 16 bytes once the pool is ready; mix time if it does. */
-            int64_t t = mono_us();
+            int64_t t = util_mono_us();
             for (size_t i = got; i < sizeof(b); i++)
                 b[i] = (unsigned char)(t >> ((i % 8) * 8)) ^ (unsigned char)i;
             break;

@@ -50,7 +50,7 @@ static void alarm_free(struct ctl_alarm *a)
 static json_t *now_iso(void)
 {
     char ts[40];
-    wall_iso8601(wall_ms(), ts, sizeof(ts));
+    util_wall_iso8601(util_wall_ms(), ts, sizeof(ts));
     return json_string(ts);
 }
 

@@ -179,7 +179,7 @@ static void rl_round_done(struct relaunch *s)
         if (n_ok == s->n) {
             s->step = RL_POLL;
             s->attempts = 0;
-            s->dispatch_wall_s = (double)wall_ms() / 1000.0;
+            s->dispatch_wall_s = (double)util_wall_ms() / 1000.0;
             rl_phase(s, "RELAUNCH_ENGINE", "restart accepted everywhere: polling relaxed status");
             memset(s->ok, 0, s->n * sizeof(bool));
             rl_later(s, c->cfg.relaunch_poll_ms);

@@ -268,8 +268,8 @@ void store_write_done(struct store *st, struct store_op *op, int err)
 
 size_t store_flush(struct store *st, int64_t timeout_ms)
 {
-    int64_t deadline = mono_ms() + timeout_ms;
-    while (st->n_ops && st->leader && mono_ms() < deadline) {
+    int64_t deadline = util_mono_ms() + timeout_ms;
+    while (st->n_ops && st->leader && util_mono_ms() < deadline) {
         if (reactor_timer_active(&st->retry_timer))
             break; /* the backend is failing: do not stall the shutdown */
         reactor_run_once(st->r, 50);

@@ -128,15 +128,15 @@ static void ka_done(struct store *st, json_t *body, const struct httpc_response 
     const char *ttl = json_string_value(json_object_get(res, "TTL"));
     if (body && res) {
         int64_t v = 0;
-        if (!ttl || parse_i64(ttl, 1, INT64_MAX, &v) < 0) {
+        if (!ttl || util_parse_i64(ttl, 1, INT64_MAX, &v) < 0) {
             lose(st, "lease expired");
             return;
         }
-        e->last_ka_ok = mono_ms();
+        e->last_ka_ok = util_mono_ms();
         return;
     }
     log_warn("store_etcd_keepalive_failed", LF_STR("error", resp_err(body, resp)));
-    if (mono_ms() - e->last_ka_ok >= (int64_t)e->ttl_s * 1000)
+    if (util_mono_ms() - e->last_ka_ok >= (int64_t)e->ttl_s * 1000)
         lose(st, "keepalive failing for a whole TTL");
 }
 
@@ -147,7 +147,7 @@ static void ka_tick(struct reactor *r, void *arg)
     struct etcd *e = st->impl;
     if (!st->leader || e->ka_req)
         return;
-    if (mono_ms() - e->last_ka_ok >= (int64_t)e->ttl_s * 1000) {
+    if (util_mono_ms() - e->last_ka_ok >= (int64_t)e->ttl_s * 1000) {
         lose(st, "no keepalive answer for a whole TTL");
         return;
     }
@@ -171,7 +171,7 @@ static void txn_done(struct store *st, json_t *body, const struct httpc_response
         return;
     }
     if (json_is_true(json_object_get(body, "succeeded"))) {
-        e->last_ka_ok = mono_ms();
+        e->last_ka_ok = util_mono_ms();
         int64_t every = (int64_t)e->ttl_s * 1000 / 3;
         reactor_timer_start(st->r, &e->ka_timer, every, every > 100 ? every : 100);
         store_set_leader(st, true, st->owner);
@@ -191,7 +191,7 @@ static void grant_done(struct store *st, json_t *body, const struct httpc_respon
     struct etcd *e = st->impl;
     const char *id = json_string_value(json_object_get(body, "ID"));
     int64_t v;
-    if (!id || parse_i64(id, 1, INT64_MAX, &v) < 0 || strlen(id) >= sizeof(e->lease)) {
+    if (!id || util_parse_i64(id, 1, INT64_MAX, &v) < 0 || strlen(id) >= sizeof(e->lease)) {
         log_warn("store_etcd_lease_grant_failed", LF_STR("error", resp_err(body, resp)));
         store_campaign_retry(st, NULL);
         return;

@@ -60,7 +60,7 @@ void ccfg_release(struct ccfg *c)
 int ccfg_read_secret(const char *path, char **out)
 {
     size_t len = 0;
-    char *text = read_file(path, CCFG_SECRET_MAX, &len);
+    char *text = util_read_file(path, CCFG_SECRET_MAX, &len);
     if (!text)
         return -errno;
     size_t n = strcspn(text, "\r\n");
@@ -204,7 +204,7 @@ void ccfg_apply(struct ccfg *c, json_t *root, struct cfg_errors *e)
     const char *kf = cfg_get_string(blk, "api_key_config.api_key_file", NULL, e);
     if (kf && *kf) {
         size_t len = 0;
-        char *text = read_file(kf, 1 << 20, &len);
+        char *text = util_read_file(kf, 1 << 20, &len);
         if (!text) {
             cfg_error(e, "api_key_config.api_key_file", "cannot read %s: %s", kf, strerror(errno));
         } else {

@@ -357,7 +357,7 @@ static void make_boot_id(struct coord *c)
     if (got < sizeof(b)) {
         /* getrandom cannot fail for 16 bytes once the pool is ready; never seen, but a
          * boot id must still differ between two starts: pid and clocks. */
-        uint64_t x = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^ (uint64_t)mono_ms() ^
+        uint64_t x = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^ (uint64_t)util_mono_ms() ^
                      ((uint64_t)c->start_wall_ms << 20);
         for (size_t i = 0; i < sizeof(b); i++)
             b[i] = (unsigned char)(x >> ((i % 8) * 8)) ^ (unsigned char)i;
@@ -392,7 +392,7 @@ int coordinator_main(int argc, char **argv)
     if (cliopt_log_level("motor coordinator", a.log_level))
         return 2;
     signal(SIGPIPE, SIG_IGN);
-    long nofile = raise_nofile_limit();
+    long nofile = util_raise_nofile_limit();
     if (nofile >= 0 && nofile < 8192)
         log_warn("open_files_limit_low", LF_INT("limit", nofile),
                  LF_STR("why", "each client, node manager and engine connection holds one; raise "
@@ -407,7 +407,7 @@ int coordinator_main(int argc, char **argv)
         free(c);
         return lrc < 0 ? 1 : 0;
     }
-    c->start_wall_ms = wall_ms();
+    c->start_wall_ms = util_wall_ms();
     make_boot_id(c);
     inst_pub_init(&c->pub);
     struct brk_params bp = {c->cfg.breaker_threshold, c->cfg.breaker_open_ms,

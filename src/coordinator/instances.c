@@ -297,7 +297,7 @@ static int parse_port_value(json_t *v, int *out)
         return 0;
     }
     if (json_is_string(v))
-        return parse_int(json_string_value(v), 1, 65535, out);
+        return util_parse_int(json_string_value(v), 1, 65535, out);
     return -EINVAL;
 }
 
@@ -340,7 +340,7 @@ static int parse_address(const char *addr, char **ip, int *port)
         h++;
         hl -= 2;
     }
-    if (parse_int(colon + 1, 1, 65535, port) < 0)
+    if (util_parse_int(colon + 1, 1, 65535, port) < 0)
         return -EINVAL;
     char *s = xstrndup(h, hl);
     if (!valid_ip(s)) {

@@ -89,7 +89,7 @@ static void h_root(struct httpd_req *req, void *arg)
 static void h_instances(struct httpd_req *req, void *arg)
 {
     struct coord *c = arg;
-    httpd_respond_json(req, 200, inst_table_to_json(&c->table, mono_ms()));
+    httpd_respond_json(req, 200, inst_table_to_json(&c->table, util_mono_ms()));
 }
 
 /* ---- refresh ------------------------------------------------------------------------ */
@@ -142,7 +142,7 @@ static void refresh_apply(struct mgmt_refresh *f)
     if (!f->req)
         return;
     char ts[40], rid[40];
-    wall_iso8601(wall_ms(), ts, sizeof(ts));
+    util_wall_iso8601(util_wall_ms(), ts, sizeof(ts));
     snprintf(rid, sizeof(rid), "refresh-%llu", (unsigned long long)c->table.version);
     /* data.boot_id (motor): which coordinator process now holds this view. */
     json_t *body = json_pack("{s:s, s:s, s:s, s:{s:s, s:s, s:I, s:s}}", "request_id", rid, "status",

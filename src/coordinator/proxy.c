@@ -144,7 +144,7 @@ static bool authorized(struct coord *c, struct httpd_req *req)
         key++;
     bool ok = false;
     for (size_t i = 0; i < c->cfg.n_api_keys; i++)
-        ok |= secret_equal(key, c->cfg.api_keys[i]);
+        ok |= util_secret_equal(key, c->cfg.api_keys[i]);
     return ok;
 }
 
@@ -173,7 +173,7 @@ static void leg_verdict(struct preq *pr, struct leg *leg, int outcome)
         return;
     leg->brk_held = false;
     struct instance *in = leg->inst;
-    bool tripped = inst_breaker_report(in, mono_ms(), outcome, leg->trial);
+    bool tripped = inst_breaker_report(in, util_mono_ms(), outcome, leg->trial);
     if (tripped) {
         struct brk b;
         inst_breaker_read(in, &b);
@@ -233,7 +233,7 @@ static bool avoided(const struct preq *pr, const struct instance *in,
 static void record_end(struct preq *pr, int status)
 {
     coord_count_request(pr->c, api_names[pr->api], status);
-    metrics_histogram_observe(pr->c->m.e2e, (double)(mono_us() - pr->start_us) / 1e6);
+    metrics_histogram_observe(pr->c->m.e2e, (double)(util_mono_us() - pr->start_us) / 1e6);
 }
 
 static void answer_error(struct preq *pr, int status, enum coord_cause cause, const char *type,
@@ -390,7 +390,7 @@ static void first_byte(struct preq *pr, struct leg *leg)
     leg_verdict(pr, leg, 1);
     if (pr->stream && pr->hreq) {
         pr->committed = true;
-        metrics_histogram_observe(pr->c->m.ttft, (double)(mono_us() - pr->start_us) / 1e6);
+        metrics_histogram_observe(pr->c->m.ttft, (double)(util_mono_us() - pr->start_us) / 1e6);
         httpd_add_header(pr->hreq, "X-Request-Id", pr->rid);
         httpd_add_header(pr->hreq, "Cache-Control", "no-cache");
         httpd_stream_begin(pr->hreq, 200, leg->ctype ? leg->ctype : "text/event-stream");
@@ -509,7 +509,7 @@ static void main_done(struct preq *pr, struct leg *leg, const struct httpc_respo
             httpd_stream_end(req, false);
         return;
     }
-    metrics_histogram_observe(pr->c->m.ttft, (double)(mono_us() - pr->start_us) / 1e6);
+    metrics_histogram_observe(pr->c->m.ttft, (double)(util_mono_us() - pr->start_us) / 1e6);
     if (pr->mode != MODE_SINGLE && pdreq_has_internal(strbuf_str(&leg->body), leg->body.len)) {
         json_t *j = json_loadb(strbuf_str(&leg->body), leg->body.len, 0, NULL);
         if (j && pdreq_strip_response(j)) {
@@ -681,7 +681,7 @@ static bool pick_role(struct preq *pr, enum inst_role role, const struct instanc
                       struct leg *out)
 {
     struct inst_snapshot *s = pr->snap;
-    struct pick_ctx x = {pr, pr->model, pair, true, mono_ms()};
+    struct pick_ctx x = {pr, pr->model, pair, true, util_mono_ms()};
     for (int tries = 0; tries < 8; tries++) {
         struct bal_pick p;
         int rc = bal_select(pr->c->policy, pr->c->cfg.instance_score_weight, s->routable[role],
@@ -710,7 +710,7 @@ static bool pick_role(struct preq *pr, enum inst_role role, const struct instanc
 static void describe_fleet(struct preq *pr, char *buf, size_t cap)
 {
     struct inst_snapshot *s = pr->snap;
-    int64_t now = mono_ms();
+    int64_t now = util_mono_ms();
     int open = 0;
     for (int r = 0; r < INST_ROLE_COUNT; r++)
         for (size_t i = 0; i < s->n_routable[r]; i++)
@@ -1020,7 +1020,7 @@ static void handle_infer(struct httpd_req *req, struct coord_worker *w, enum api
     pr->scan = scan;
     pr->stream = scan.stream == REQSCAN_TRUE;
     pr->model = scan.model_name;
-    pr->start_us = mono_us();
+    pr->start_us = util_mono_us();
     pr->deadline_ms = reactor_now(w->r) + c->cfg.infer_timeout_ms;
     pr->legs[LEG_PREFILL].pr = pr;
     pr->legs[LEG_MAIN].pr = pr;
@@ -1032,7 +1032,7 @@ static void handle_infer(struct httpd_req *req, struct coord_worker *w, enum api
         w->rid_prefix_len = n > 0 ? MOTOR_MIN((size_t)n, sizeof(w->rid_prefix) - 1) : 0;
     }
     memcpy(pr->rid, w->rid_prefix, w->rid_prefix_len);
-    size_t idn = fmt_hex64(pr->rid + w->rid_prefix_len, ++w->seq);
+    size_t idn = util_fmt_hex64(pr->rid + w->rid_prefix_len, ++w->seq);
     pr->rid[w->rid_prefix_len + idn] = '\0';
     pr->next = w->live;
     if (w->live)

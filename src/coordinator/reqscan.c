@@ -114,7 +114,7 @@ static int scan_string(struct scan *s, struct val *v)
         if (c < 0x20)
             return fail(s, p, "control character in a string");
         if (c >= 0x80) {
-            size_t n = utf8_seq_len_n((const char *)p, (size_t)(end - p));
+            size_t n = util_utf8_seq_len_n((const char *)p, (size_t)(end - p));
             if (!n)
                 return fail(s, p, "invalid UTF-8");
             p += n;

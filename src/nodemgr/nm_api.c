@@ -163,13 +163,13 @@ static void h_logs(struct httpd_req *req, void *arg)
 {
     struct nodemgr *nm = arg;
     int64_t id;
-    if (parse_i64(httpd_req_param(req, "id"), 0, WIRE_ID_MAX, &id) < 0) {
+    if (util_parse_i64(httpd_req_param(req, "id"), 0, WIRE_ID_MAX, &id) < 0) {
         nm_respond_detail(req, 400, "endpoint id must be a non-negative integer");
         return;
     }
     int lines = NM_DEFAULT_TAIL_LINES;
     const char *t = httpd_req_query(req, "tail");
-    if (t && parse_int(t, 0, NM_TAIL_MAX_LINES, &lines) < 0) {
+    if (t && util_parse_int(t, 0, NM_TAIL_MAX_LINES, &lines) < 0) {
         nm_respond_detail(req, 400, "tail must be an integer in [0, %d]", NM_TAIL_MAX_LINES);
         return;
     }
@@ -274,7 +274,7 @@ int nm_api_init(struct nodemgr *nm)
             hc.tls_ca_file = t->ca_file;
         if (readable(t->passwd_file)) {
             size_t len = 0;
-            password = read_file(t->passwd_file, 4096, &len);
+            password = util_read_file(t->passwd_file, 4096, &len);
             while (password && len > 0 && (password[len - 1] == '\n' || password[len - 1] == '\r'))
                 password[--len] = '\0';
             hc.tls_key_password = password;

@@ -112,19 +112,19 @@ enum nm_arb_outcome nm_arbiter_round(struct nm_arbiter *a, const struct nm_arb_i
 
 bool nm_frozen(const struct nodemgr *nm)
 {
-    return nm_arbiter_frozen(&nm->arb, mono_ms());
+    return nm_arbiter_frozen(&nm->arb, util_mono_ms());
 }
 
 void nm_freeze(struct nodemgr *nm, enum nm_freeze_cause c, int64_t duration_ms, const char *why)
 {
-    nm_arbiter_freeze(&nm->arb, c, mono_ms(), duration_ms);
+    nm_arbiter_freeze(&nm->arb, c, util_mono_ms(), duration_ms);
     log_info("suicide_frozen", LF_STR("cause", nm_freeze_cause_str(c)),
              LF_INT("seconds", duration_ms / 1000), LF_STR("why", why));
 }
 
 void nm_unfreeze(struct nodemgr *nm, enum nm_freeze_cause c, const char *why)
 {
-    bool was = nm->arb.freeze_until[c] > mono_ms();
+    bool was = nm->arb.freeze_until[c] > util_mono_ms();
     nm_arbiter_unfreeze(&nm->arb, c);
     if (was)
         log_info("suicide_unfrozen", LF_STR("cause", nm_freeze_cause_str(c)), LF_STR("why", why));
@@ -143,7 +143,7 @@ void nm_grace_end(struct nodemgr *nm, const char *cause)
         return;
     nm->grace = false;
     log_info("grace_period_ended", LF_STR("cause", cause),
-             LF_INT("after_ms", mono_ms() - nm->grace_since_ms));
+             LF_INT("after_ms", util_mono_ms() - nm->grace_since_ms));
 }
 
 /* Context of a report in flight: the endpoint is looked up again by id when the answer
@@ -169,7 +169,7 @@ static void on_report_done(struct nodemgr *nm, bool accepted, void *arg)
     struct nm_endpoint *e = ctx_endpoint(nm, x);
     if (x->death && x->exited_ms > 0)
         metrics_histogram_observe(nm->m.death_report_latency,
-                                  (double)(mono_ms() - x->exited_ms) / 1000.0);
+                                  (double)(util_mono_ms() - x->exited_ms) / 1000.0);
     if (e) {
         if (!x->death)
             e->reported_abnormal = false; /* the in-flight mark; set for real below */
@@ -265,7 +265,7 @@ static void arb_tick(struct reactor *r, void *arg)
     if (nm->shutting_down || nm->n_eps == 0)
         return;
     nm_ft_before_arbitration(nm);
-    int64_t now = mono_ms();
+    int64_t now = util_mono_ms();
     /* Fix of §12.8: the grace period also ends when the startup window is over, so an
      * engine that hangs while loading counts as abnormal instead of blocking forever. */
     if (nm->grace && now - nm->grace_since_ms >= (int64_t)nm->cfg->health.startup_timeout * 1000)

@@ -551,7 +551,7 @@ static int number_value(json_t *v)
     int port = 0;
     if (json_is_integer(v))
         return (int)clamp_int(json_integer_value(v));
-    if (json_is_string(v) && parse_int(json_string_value(v), 0, INT_MAX, &port) == 0)
+    if (json_is_string(v) && util_parse_int(json_string_value(v), 0, INT_MAX, &port) == 0)
         return port;
     return 0;
 }
@@ -847,7 +847,7 @@ static void parse_kv_store(struct loader *L)
     kv->service = xstrdup(cfg_get_string(sec, "service", env_set(c, "KVS_MASTER_SERVICE"), e));
     int port_def = 50088;
     const char *port_env = env_set(c, "KV_CACHE_STORE_PORT");
-    if (port_env && parse_int(port_env, 1, 65535, &port_def) < 0) {
+    if (port_env && util_parse_int(port_env, 1, 65535, &port_def) < 0) {
         at(L, NULL);
         cfg_error(e, "$KV_CACHE_STORE_PORT", "must be a port 1-65535, got \"%s\"", port_env);
         at(L, "kv_cache_store_config");
@@ -930,7 +930,7 @@ static void derive(struct loader *L, json_t *deploy)
         if (!idx) {
             warn(c, "deploy_mode is single_container but $INDEX is not set: no port/device "
                     "offsets applied");
-        } else if (parse_int(idx, 0, 4095, &sc->index) < 0) {
+        } else if (util_parse_int(idx, 0, 4095, &sc->index) < 0) {
             at(L, NULL);
             cfg_error(e, "$INDEX", "must be an integer in [0, 4095], got \"%s\"", idx);
         } else {
@@ -1026,7 +1026,7 @@ static void derive(struct loader *L, json_t *deploy)
                   "set either management_api_key or management_api_key_file, not both");
     } else if (c->management_api_key_file) {
         size_t len = 0;
-        char *data = read_file(c->management_api_key_file, API_KEY_FILE_MAX, &len);
+        char *data = util_read_file(c->management_api_key_file, API_KEY_FILE_MAX, &len);
         if (!data) {
             cfg_error(e, "management_api_key_file", "%s: cannot read: %s",
                       c->management_api_key_file, strerror(errno));

@@ -115,7 +115,7 @@ static char *read_password(const char *path)
     if (!path || !*path)
         return NULL;
     size_t len = 0;
-    char *s = read_file(path, 4096, &len);
+    char *s = util_read_file(path, 4096, &len);
     if (!s)
         return NULL;
     while (len > 0 && (s[len - 1] == '\n' || s[len - 1] == '\r' || s[len - 1] == ' '))
@@ -418,7 +418,7 @@ static void on_heartbeat_done(struct nodemgr *nm, const struct httpc_response *r
         return;
     }
     metrics_counter_inc(nm->m.hb_failed);
-    int64_t now = mono_ms();
+    int64_t now = util_mono_ms();
     if (!ct->hb_last_error_log_ms || now - ct->hb_last_error_log_ms >= HB_ERROR_LOG_WINDOW_MS) {
         char why[300];
         resp_why(resp, why, sizeof(why));

@@ -151,7 +151,7 @@ static void set_runtime(struct nm_endpoint *e, enum nm_runtime rt, const char *c
                  LF_STR("from", nm_runtime_str(e->rt)), LF_STR("to", nm_runtime_str(rt)),
                  LF_STR("cause", cause));
         if (rt == NM_RT_READY)
-            e->ready_since_ms = mono_ms();
+            e->ready_since_ms = util_mono_ms();
         else if (e->rt == NM_RT_READY)
             e->ready_since_ms = 0;
         e->rt = rt;
@@ -233,10 +233,10 @@ static void on_engine_exit(struct proc *p, const struct proc_status *st, void *a
 {
     struct nm_endpoint *e = arg;
     struct nodemgr *nm = e->nm;
-    int64_t now = mono_ms();
+    int64_t now = util_mono_ms();
     e->has_last_exit = true;
     e->last_exit = *st;
-    e->last_exit_wall_ms = wall_ms();
+    e->last_exit_wall_ms = util_wall_ms();
     e->last_exit_uptime_ms = proc_uptime_ms(p);
     if (e->probe) {
         httpc_cancel(nm->probe_http, e->probe);
@@ -349,7 +349,7 @@ static int spawn_one(struct nm_endpoint *e, struct wire_err *err)
     engine_cmd_release(&cmd);
     e->proc = p;
     e->pid = proc_pid(p);
-    e->spawned_ms = mono_ms();
+    e->spawned_ms = util_mono_ms();
     e->spawns++;
     e->stop_requested = false;
     e->failed = false;
@@ -428,7 +428,7 @@ static void schedule_restart(struct nm_endpoint *e, int64_t healthy_ms)
 {
     struct nodemgr *nm = e->nm;
     const struct nm_config *cfg = nm->cfg;
-    int64_t now = mono_ms();
+    int64_t now = util_mono_ms();
     /* Healthy long enough: the previous trouble is history. */
     if (healthy_ms >= nm_config_ms(cfg->restart_reset_after_sec)) {
         e->backoff_ms = 0;
@@ -583,7 +583,7 @@ static void on_probe_done(const struct httpc_response *resp, void *arg)
                   LF_STR("error", resp->error ? resp->error_text : ""));
     }
     enum nm_runtime rt =
-        nm_runtime_after_probe(e->rt, ok ? NM_PROBE_OK : NM_PROBE_FAILED, mono_ms() - e->spawned_ms,
+        nm_runtime_after_probe(e->rt, ok ? NM_PROBE_OK : NM_PROBE_FAILED, util_mono_ms() - e->spawned_ms,
                                (int64_t)nm->cfg->health.startup_timeout * 1000);
     set_runtime(e, rt, ok ? "health ok" : "health failed");
 }
@@ -739,7 +739,7 @@ void nm_engine_retire(struct nodemgr *nm, const int64_t *ids, size_t n)
 json_t *nm_engine_list_json(struct nodemgr *nm)
 {
     json_t *arr = json_array();
-    int64_t now = mono_ms();
+    int64_t now = util_mono_ms();
     for (size_t i = 0; i < nm->n_eps; i++) {
         struct nm_endpoint *e = nm->eps[i];
         bool alive = e->proc && proc_running(e->proc);
@@ -754,7 +754,7 @@ json_t *nm_engine_list_json(struct nodemgr *nm)
                                   : json_null());
         if (e->has_last_exit) {
             char ts[40];
-            wall_iso8601(e->last_exit_wall_ms, ts, sizeof(ts));
+            util_wall_iso8601(e->last_exit_wall_ms, ts, sizeof(ts));
             json_object_set_new(
                 o, "last_exit",
                 json_pack("{s:I, s:o, s:o, s:b, s:s, s:f}", "pid", (json_int_t)e->pid, "code",

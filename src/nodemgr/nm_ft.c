@@ -513,7 +513,7 @@ static void on_poll_done(const struct httpc_response *resp, void *arg)
         observe(ft, e, fe, NM_FT_EV_NOT_FOUND, NULL, NULL, "http 404");
         if (fe->track.unsupported)
             fe->reprobe_at_ms =
-                mono_ms() + nm_config_ms(nm->cfg->ft.unsupported_reprobe_interval_sec);
+                util_mono_ms() + nm_config_ms(nm->cfg->ft.unsupported_reprobe_interval_sec);
         return;
     }
     if (resp->error || resp->status != 200) {
@@ -557,7 +557,7 @@ static void poll_tick(struct reactor *r, void *arg)
     struct nodemgr *nm = ft->nm;
     if (!ft->polling)
         return;
-    int64_t now = mono_ms();
+    int64_t now = util_mono_ms();
     for (size_t i = 0; i < nm->n_eps; i++) {
         struct nm_endpoint *e = nm->eps[i];
         if (!pollable(e))
@@ -914,7 +914,7 @@ static void h_apply(struct httpd_req *req, void *arg)
 
 static int64_t guard_left_ms(const struct nodemgr *nm)
 {
-    int64_t left = nm->arb.freeze_until[NM_FREEZE_FT_GUARD] - mono_ms();
+    int64_t left = nm->arb.freeze_until[NM_FREEZE_FT_GUARD] - util_mono_ms();
     return left > 0 ? left : 0;
 }
 
@@ -1088,7 +1088,7 @@ static void h_state(struct httpd_req *req, void *arg)
 {
     struct nodemgr *nm = arg;
     struct nm_ft *ft = nm->ft;
-    int64_t now = mono_ms();
+    int64_t now = util_mono_ms();
     json_t *o = json_object();
     json_object_set_new(o, "enabled", json_boolean(ft_enabled(nm)));
     json_object_set_new(o, "polling", json_boolean(ft->polling));
@@ -1236,7 +1236,7 @@ void nm_ft_before_arbitration(struct nodemgr *nm)
         ft->settling = false;
         log_info("ft_commit_settled", LF_STR("why", "no survivor abnormal"));
         nm_unfreeze(nm, NM_FREEZE_FT_GUARD, "ft commit: survivors recovered");
-    } else if (mono_ms() >= ft->settle_until_ms) {
+    } else if (util_mono_ms() >= ft->settle_until_ms) {
         /* The freeze ran out by itself: arbitration counts the survivors again. */
         ft->settling = false;
         log_warn("ft_commit_settle_expired",

@@ -156,7 +156,7 @@ static void on_kv_exit(struct proc *p, const struct proc_status *st, void *arg)
     struct nodemgr *nm = kv->nm;
     kv->has_last_exit = true;
     kv->last_exit = *st;
-    kv->last_exit_wall_ms = wall_ms();
+    kv->last_exit_wall_ms = util_wall_ms();
     kv->last_exit_uptime_ms = proc_uptime_ms(p);
     if (kv->stopping || !kv->wanted || nm->shutting_down) {
         log_info("kv_service_stopped", LF_INT("pid", kv->pid), LF_INT("exit_code", st->code),
@@ -227,7 +227,7 @@ static int kv_spawn(struct nm_kv *kv, struct wire_err *err)
     }
     kv->proc = p;
     kv->pid = proc_pid(p);
-    kv->spawned_ms = mono_ms();
+    kv->spawned_ms = util_mono_ms();
     kv->spawns++;
     kv->restart_refused_logged = false;
     log_info("kv_service_spawned", LF_INT("pid", kv->pid), LF_STR("argv0", cmd->items[0]),
@@ -397,11 +397,11 @@ static void h_kv_state(struct httpd_req *req, void *arg)
     json_object_set_new(o, "restarts", json_integer(kv->spawns > 0 ? kv->spawns - 1 : 0));
     json_object_set_new(o, "restart_enabled", json_boolean(restart_enabled(c)));
     json_object_set_new(o, "uptime_seconds",
-                        alive ? json_real((double)(mono_ms() - kv->spawned_ms) / 1000.0)
+                        alive ? json_real((double)(util_mono_ms() - kv->spawned_ms) / 1000.0)
                               : json_null());
     if (kv->has_last_exit) {
         char ts[40];
-        wall_iso8601(kv->last_exit_wall_ms, ts, sizeof(ts));
+        util_wall_iso8601(kv->last_exit_wall_ms, ts, sizeof(ts));
         json_object_set_new(
             o, "last_exit",
             json_pack("{s:o, s:o, s:s, s:f}", "code",
@@ -435,7 +435,7 @@ static void h_kv_logs(struct httpd_req *req, void *arg)
     struct nm_kv *kv = nm->kv;
     int lines = KV_TAIL_DEFAULT_LINES;
     const char *t = httpd_req_query(req, "tail");
-    if (t && parse_int(t, 0, NM_TAIL_MAX_LINES, &lines) < 0) {
+    if (t && util_parse_int(t, 0, NM_TAIL_MAX_LINES, &lines) < 0) {
         nm_respond_detail(req, 400, "tail must be an integer in [0, %d]", NM_TAIL_MAX_LINES);
         return;
     }

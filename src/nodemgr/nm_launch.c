@@ -30,7 +30,7 @@ static int64_t stop_grace_ms(const struct nodemgr *nm)
 json_t *nm_launch_state_to_json(const struct wire_start_cmd *launch, unsigned relaunch_count)
 {
     char ts[40];
-    wall_iso8601(wall_ms(), ts, sizeof(ts));
+    util_wall_iso8601(util_wall_ms(), ts, sizeof(ts));
     return json_pack("{s:i, s:o, s:i, s:s}", "version", STATE_VERSION, "start",
                      wire_start_cmd_to_json(launch), "relaunch_count", (int)relaunch_count,
                      "saved_at", ts);
@@ -61,7 +61,7 @@ static void state_save(struct nodemgr *nm)
     if (!text)
         return;
     /* Atomic: a crash mid-write leaves the previous parameters, never half a file. */
-    int rc = write_file_atomic(nm->state_path, text, strlen(text), 0600);
+    int rc = util_write_file_atomic(nm->state_path, text, strlen(text), 0600);
     free(text);
     if (rc < 0)
         log_warn("launch_state_save_failed", LF_STR("path", nm->state_path),
@@ -102,7 +102,7 @@ void nm_launch_restore(struct nodemgr *nm)
     if (!nm->state_path || !*nm->state_path || !nm->has_engine)
         return;
     size_t len = 0;
-    char *text = read_file(nm->state_path, STATE_MAX_BYTES, &len);
+    char *text = util_read_file(nm->state_path, STATE_MAX_BYTES, &len);
     if (!text) {
         if (errno != ENOENT)
             log_warn("launch_state_unreadable", LF_STR("path", nm->state_path),
@@ -283,7 +283,7 @@ static int start_launch(struct nodemgr *nm, char *why, size_t cap)
     nm->generation++;
     nm_engine_set_endpoints(nm, cmd);
     nm->grace = true;
-    nm->grace_since_ms = mono_ms();
+    nm->grace_since_ms = util_mono_ms();
     nm_ft_endpoints_reset(nm);
     log_info("endpoints_set", LF_INT("instance_id", cmd->instance_id),
              LF_INT("generation", (long long)nm->generation), LF_INT("endpoints", cmd->n_endpoints),
@@ -444,7 +444,7 @@ static void relaunch_after_stop(struct nodemgr *nm, void *arg)
         return;
     }
     char ts[40], banner[160];
-    wall_iso8601(wall_ms(), ts, sizeof(ts));
+    util_wall_iso8601(util_wall_ms(), ts, sizeof(ts));
     snprintf(banner, sizeof(banner), "[ENGINE RELAUNCH #%u] instance_id=%lld %s",
              nm->relaunch_count, (long long)nm->launch->instance_id, ts);
     nm_engine_banner(nm, banner);
@@ -523,7 +523,7 @@ void nm_launch_handle_restart(struct nodemgr *nm, struct httpd_req *req)
         nm_engine_set_endpoints(nm, nm->launch);
         nm->generation++;
         nm->grace = true;
-        nm->grace_since_ms = mono_ms();
+        nm->grace_since_ms = util_mono_ms();
     }
     pending_hold(nm, req);
     nm_engine_stop_all(nm, stop_grace_ms(nm), relaunch_after_stop, NULL);

@@ -360,7 +360,7 @@ int node_manager_main(int argc, char **argv)
     nm->port_override = a.port;
     nm->inotify_fd = -1;
     nm->passthrough_fd = -1;
-    nm->boot_ms = mono_ms();
+    nm->boot_ms = util_mono_ms();
     struct reactor_timer *timers[] = {
         &nm->stop_exit_timer, &nm->shutdown_timer,      &nm->tick_timer,
         &nm->probe_timer,     &nm->wait_timer,          &nm->arb_timer,

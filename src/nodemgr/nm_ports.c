@@ -76,11 +76,11 @@ static void sleep_ms(int64_t ms)
 /* Free right now, or after waiting up to timeout_ms for it to become free. */
 static bool free_within(const char *host, int port, int64_t timeout_ms)
 {
-    int64_t deadline = mono_ms() + timeout_ms;
+    int64_t deadline = util_mono_ms() + timeout_ms;
     for (;;) {
         if (nm_ports_free(host, port))
             return true;
-        if (mono_ms() >= deadline)
+        if (util_mono_ms() >= deadline)
             return false;
         sleep_ms(NM_PORTS_RETRY_MS);
     }

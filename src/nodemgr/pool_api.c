@@ -74,7 +74,7 @@ static void call_fail(struct pool_call *c, int status, const char *msg, json_t *
     c->phase = CALL_DONE;
     log_info("pool_call_failed", LF_STR("node_id", c->node_id),
              LF_STR("instance_id", c->inst_id[0] ? c->inst_id : NULL), LF_INT("status", status),
-             LF_STR("error", msg), LF_INT("elapsed_ms", mono_ms() - c->t0_ms));
+             LF_STR("error", msg), LF_INT("elapsed_ms", util_mono_ms() - c->t0_ms));
     if (c->streaming) {
         httpd_stream_end(c->req, true);
         return;
@@ -391,7 +391,7 @@ static void h_invoke(struct httpd_req *req, void *arg)
     c->pool = p;
     c->req = req;
     c->node_id = xstrdup(n->id);
-    c->t0_ms = mono_ms();
+    c->t0_ms = util_mono_ms();
     strbuf_init(&c->buf, p->cfg.max_response ? p->cfg.max_response : (16u << 20));
     reactor_timer_init(&c->defer, on_defer, c);
     c->w.granted = on_granted;
@@ -575,7 +575,7 @@ static int query_int(struct httpd_req *req, const char *name, int def, int min, 
 {
     const char *v = httpd_req_query(req, name);
     int x;
-    if (!v || parse_int(v, min, max, &x) != 0)
+    if (!v || util_parse_int(v, min, max, &x) != 0)
         return def;
     return x;
 }

@@ -35,7 +35,7 @@ void pool_new_id(const char *prefix, char *buf, size_t cap)
     unsigned char rnd[6];
     if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
         /* Not worth failing over: ids only need to be unique within the database. */
-        uint64_t x = (uint64_t)wall_ms() ^ ((uint64_t)getpid() << 20) ^ (uint64_t)mono_us();
+        uint64_t x = (uint64_t)util_wall_ms() ^ ((uint64_t)getpid() << 20) ^ (uint64_t)util_mono_us();
         for (size_t i = 0; i < sizeof(rnd); i++)
             rnd[i] = (unsigned char)(x >> (8 * i));
     }
@@ -112,7 +112,7 @@ struct pool_node *pool_node_put(struct pool *p, struct pool_manifest *m, const c
         n->m = m;
         n->source = xstrdup(source);
         n->refs = 1;
-        n->registered_wall = wall_ms();
+        n->registered_wall = util_wall_ms();
         n->next = p->nodes;
         if (p->nodes)
             p->nodes->prev = n;
@@ -180,7 +180,7 @@ json_t *pool_node_json(const struct pool_node *n)
     json_object_set_new(o, "id", json_string(n->id));
     json_object_set_new(o, "source", json_string(n->source));
     char ts[40];
-    wall_iso8601(n->registered_wall, ts, sizeof(ts));
+    util_wall_iso8601(n->registered_wall, ts, sizeof(ts));
     json_object_set_new(o, "registered_at", json_string(ts));
     json_object_set_new(o, "manifest", json_deep_copy(n->m->doc));
     int counts[5] = {0};
@@ -296,7 +296,7 @@ void pool_acquire(struct pool_node *n, struct pool_waiter *w)
         w->failed(w, 404, "node was deleted", NULL);
         return;
     }
-    w->enq_ms = mono_ms();
+    w->enq_ms = util_mono_ms();
     w->queued = true;
     w->prev = n->wq_tail;
     if (n->wq_tail)
@@ -355,8 +355,8 @@ void pool_pump(struct pool_node *n)
                 i->busy++;
                 i->calls++;
                 n->calls++;
-                i->last_used_ms = mono_ms();
-                i->last_used_wall = wall_ms();
+                i->last_used_ms = util_mono_ms();
+                i->last_used_wall = util_wall_ms();
                 pool_inst_became_busy(i);
                 w->granted(w, i);
                 continue;
@@ -415,8 +415,8 @@ void pool_release(struct pool_inst *i)
     struct pool_node *n = i->node;
     if (i->busy > 0)
         i->busy--;
-    i->last_used_ms = mono_ms();
-    i->last_used_wall = wall_ms();
+    i->last_used_ms = util_mono_ms();
+    i->last_used_wall = util_wall_ms();
     if (i->busy == 0) {
         if (i->state == POOL_READY && (n->deleted || i->m != n->m))
             pool_inst_stop(i, n->deleted ? "node deleted" : "manifest replaced");
@@ -601,7 +601,7 @@ struct pool *pool_new(struct reactor *r, const struct pool_config *cfg)
     }
     int orphans = pool_store_close_orphans(
         p->store, "worker pool restarted (the previous process ended without stopping it)",
-        wall_ms());
+        util_wall_ms());
     if (orphans > 0)
         log_warn("pool_orphan_records_closed", LF_INT("instances", orphans));
     pool_store_nodes_each(p->store, load_stored, p);
@@ -656,13 +656,13 @@ void pool_free(struct pool *p)
         if (i->proc && i->proc_alive && proc_signal(i->proc, SIGTERM) == 0)
             any = true;
     if (any) {
-        int64_t deadline = mono_ms() + MOTOR_MIN(p->cfg.stop_grace_ms, 2000);
+        int64_t deadline = util_mono_ms() + MOTOR_MIN(p->cfg.stop_grace_ms, 2000);
         for (;;) {
             bool all = true;
             for (struct pool_inst *i = p->insts; i && all; i = i->next)
                 if (i->proc && i->proc_alive && !pool_inst_exited(i))
                     all = false;
-            if (all || mono_ms() >= deadline)
+            if (all || util_mono_ms() >= deadline)
                 break;
             struct timespec ts = {0, 10 * 1000 * 1000};
             nanosleep(&ts, NULL);

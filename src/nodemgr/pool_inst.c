@@ -102,11 +102,11 @@ static void set_state(struct pool_inst *i, enum pool_state to, const char *cause
     enum pool_state from = i->state;
     i->state = to;
     if (to == POOL_STOPPED || to == POOL_ERROR) {
-        i->ended_ms = mono_ms();
-        i->ended_wall = wall_ms();
+        i->ended_ms = util_mono_ms();
+        i->ended_wall = util_wall_ms();
     }
     pool_store_transition(i->pool->store, i->id, i->node->id, pool_state_str(from),
-                          pool_state_str(to), cause, wall_ms());
+                          pool_state_str(to), cause, util_wall_ms());
     pool_inst_record(i);
     log_info("pool_instance_state", LF_STR("instance_id", i->id), LF_STR("node_id", i->node->id),
              LF_STR("from", pool_state_str(from)), LF_STR("to", pool_state_str(to)),
@@ -189,7 +189,7 @@ static void on_idle(struct reactor *r, void *arg)
     if (i->state != POOL_READY || i->busy > 0)
         return;
     log_info("pool_instance_reaped", LF_STR("instance_id", i->id), LF_STR("node_id", i->node->id),
-             LF_INT("idle_ms", mono_ms() - i->last_used_ms), LF_INT("ttl_ms", i->m->idle_ttl_ms));
+             LF_INT("idle_ms", util_mono_ms() - i->last_used_ms), LF_INT("ttl_ms", i->m->idle_ttl_ms));
     pool_inst_stop(i, "idle ttl expired");
 }
 
@@ -223,8 +223,8 @@ void pool_inst_mark_ready(struct pool_inst *i, int port)
     if (!i->address || i->port != port)
         set_address(i, port);
     stop_timers(i);
-    i->ready_ms = mono_ms();
-    i->ready_wall = wall_ms();
+    i->ready_ms = util_mono_ms();
+    i->ready_wall = util_wall_ms();
     i->last_used_ms = i->ready_ms;
     i->last_used_wall = i->ready_wall;
     set_state(i, POOL_READY, "ready line and /health OK");
@@ -265,7 +265,7 @@ int pool_parse_ready_line(const char *line, int *port)
     memcpy(digits, pp, len);
     digits[len] = '\0';
     int v;
-    if (parse_int(digits, 1, 65535, &v) != 0)
+    if (util_parse_int(digits, 1, 65535, &v) != 0)
         return -EINVAL;
     *port = v;
     return 1;
@@ -291,7 +291,7 @@ static void on_health(const struct httpc_response *resp, void *arg)
         return;
     }
     /* Refused: the ready line may have been printed just before the server listens. */
-    int64_t left = i->ready_deadline_ms - mono_ms();
+    int64_t left = i->ready_deadline_ms - util_mono_ms();
     if (resp->error == -ECONNREFUSED && left > POOL_HEALTH_RETRY_MS) {
         reactor_timer_start(i->pool->r, &i->health_timer, POOL_HEALTH_RETRY_MS, 0);
         return;
@@ -303,7 +303,7 @@ static void on_health(const struct httpc_response *resp, void *arg)
 
 static void health_check(struct pool_inst *i)
 {
-    int64_t left = i->ready_deadline_ms - mono_ms();
+    int64_t left = i->ready_deadline_ms - util_mono_ms();
     int64_t timeout = MOTOR_MIN(MOTOR_MAX(left, 100), POOL_HEALTH_TIMEOUT_MAX_MS);
     i->health = httpc_get(i->pool->http, i->health_url, timeout, on_health, i);
 }
@@ -362,7 +362,7 @@ static void on_line(struct proc *pr, enum proc_stream stream, const char *line, 
     i->ready_line = true;
     set_address(i, port);
     log_info("pool_instance_ready_line", LF_STR("instance_id", i->id), LF_INT("port", port),
-             LF_INT("after_ms", mono_ms() - i->started_ms));
+             LF_INT("after_ms", util_mono_ms() - i->started_ms));
     health_check(i);
 }
 
@@ -512,8 +512,8 @@ struct pool_inst *pool_inst_start(struct pool_node *n)
     reactor_timer_init(&i->ready_timer, on_ready_timeout, i);
     reactor_timer_init(&i->health_timer, on_health_retry, i);
     reactor_timer_init(&i->idle_timer, on_idle, i);
-    i->started_ms = mono_ms();
-    i->started_wall = wall_ms();
+    i->started_ms = util_mono_ms();
+    i->started_wall = util_wall_ms();
     i->ready_deadline_ms = i->started_ms + i->m->ready_timeout_ms;
     i->next = p->insts;
     if (p->insts)
@@ -585,28 +585,28 @@ json_t *pool_inst_json(const struct pool_inst *i, size_t tail_lines)
     json_object_set_new(o, "calls", json_integer((json_int_t)i->calls));
     json_object_set_new(o, "keep_warm", json_boolean(i->m->keep_warm));
     json_object_set_new(o, "current_manifest", json_boolean(i->m == i->node->m));
-    int64_t now = mono_ms();
+    int64_t now = util_mono_ms();
     double idle = (i->state == POOL_READY && i->busy == 0) ? (double)(now - i->last_used_ms) / 1e3
                                                            : 0.0;
     json_object_set_new(o, "idle_seconds", json_real(idle));
     int64_t end = i->ended_ms ? i->ended_ms : now;
     json_object_set_new(o, "uptime_seconds", json_real((double)(end - i->started_ms) / 1e3));
-    wall_iso8601(i->started_wall, ts, sizeof(ts));
+    util_wall_iso8601(i->started_wall, ts, sizeof(ts));
     json_object_set_new(o, "started_at", json_string(ts));
     if (i->ready_wall) {
-        wall_iso8601(i->ready_wall, ts, sizeof(ts));
+        util_wall_iso8601(i->ready_wall, ts, sizeof(ts));
         json_object_set_new(o, "ready_at", json_string(ts));
     } else {
         json_object_set_new(o, "ready_at", json_null());
     }
     if (i->last_used_wall) {
-        wall_iso8601(i->last_used_wall, ts, sizeof(ts));
+        util_wall_iso8601(i->last_used_wall, ts, sizeof(ts));
         json_object_set_new(o, "last_used_at", json_string(ts));
     } else {
         json_object_set_new(o, "last_used_at", json_null());
     }
     if (i->ended_wall) {
-        wall_iso8601(i->ended_wall, ts, sizeof(ts));
+        util_wall_iso8601(i->ended_wall, ts, sizeof(ts));
         json_object_set_new(o, "ended_at", json_string(ts));
     } else {
         json_object_set_new(o, "ended_at", json_null());

@@ -126,10 +126,10 @@ typedef void (*pool_store_node_cb)(const char *id, const char *manifest_json, co
 int pool_store_nodes_each(struct pool_store *s, pool_store_node_cb cb, void *arg);
 int pool_store_instance_put(struct pool_store *s, const struct pool_inst_rec *rec);
 int pool_store_transition(struct pool_store *s, const char *inst_id, const char *node_id,
-                          const char *from, const char *to, const char *cause, int64_t wall_ms);
+                          const char *from, const char *to, const char *cause, int64_t util_wall_ms);
 /* Instances a previous process left starting/ready/stopping: recorded stopped with
  * cause. Returns how many (or -errno). */
-int pool_store_close_orphans(struct pool_store *s, const char *cause, int64_t wall_ms);
+int pool_store_close_orphans(struct pool_store *s, const char *cause, int64_t util_wall_ms);
 /* Recorded instances, newest first (node_id NULL = all). New reference. */
 json_t *pool_store_instances_json(struct pool_store *s, const char *node_id, int limit);
 /* One recorded instance with its "transitions" (oldest first), or NULL. */

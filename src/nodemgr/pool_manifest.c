@@ -34,12 +34,12 @@ json_t *pool_json_str(const char *s, size_t n)
     strbuf_init(&sb, 3 * n + 1);
     size_t k = 0;
     while (k < n) {
-        /* utf8_seq_len reads at most up to a NUL, and s[n] may not be one: copy the
+        /* util_utf8_seq_len reads at most up to a NUL, and s[n] may not be one: copy the
          * candidate sequence into a terminated scratch buffer. */
         char seq[5] = {0};
         size_t avail = MOTOR_MIN(n - k, (size_t)4);
         memcpy(seq, s + k, avail);
-        size_t len = utf8_seq_len(seq);
+        size_t len = util_utf8_seq_len(seq);
         if (len == 0) {
             (void)strbuf_puts(&sb, "\xef\xbf\xbd");
             k++;

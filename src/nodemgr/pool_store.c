@@ -48,7 +48,7 @@ static void iso(int64_t wall, char *buf, size_t cap)
         buf[0] = '\0';
         return;
     }
-    wall_iso8601(wall, buf, cap);
+    util_wall_iso8601(wall, buf, cap);
 }
 
 static void bind_text_or_null(sqlite3_stmt *st, int idx, const char *v)
@@ -150,7 +150,7 @@ int pool_store_node_put(struct pool_store *s, const char *id, const char *manife
                         const char *source)
 {
     char now[40];
-    iso(wall_ms(), now, sizeof(now));
+    iso(util_wall_ms(), now, sizeof(now));
     sqlite3_bind_text(s->node_put, 1, id, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(s->node_put, 2, manifest_json, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(s->node_put, 3, source ? source : "api", -1, SQLITE_TRANSIENT);
@@ -187,7 +187,7 @@ int pool_store_instance_put(struct pool_store *s, const struct pool_inst_rec *r)
     iso(r->ready_wall_ms, ready, sizeof(ready));
     iso(r->stopped_wall_ms, stopped, sizeof(stopped));
     iso(r->last_used_wall_ms, used, sizeof(used));
-    iso(wall_ms(), now, sizeof(now));
+    iso(util_wall_ms(), now, sizeof(now));
     sqlite3_stmt *st = s->inst_put;
     sqlite3_bind_text(st, 1, r->id, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 2, r->node_id, -1, SQLITE_TRANSIENT);

@@ -189,10 +189,10 @@ static int apply_opt(struct sim_args *a, const struct opt *o, const char *v, cha
         *(char **)base = xstrdup(v);
         break;
     case OPT_INT:
-        rc = parse_int(v, (int)o->min, (int)o->max, (int *)base);
+        rc = util_parse_int(v, (int)o->min, (int)o->max, (int *)base);
         break;
     case OPT_DBL:
-        rc = parse_double(v, o->min, o->max, (double *)base);
+        rc = util_parse_double(v, o->min, o->max, (double *)base);
         break;
     case OPT_BOOL:
         rc = parse_bool_text(v, (bool *)base);

@@ -499,7 +499,7 @@ static void handle_infer(struct httpd_req *req, struct sim *s, enum sim_api api)
     make_id(s, g);
     g->meta = (struct sim_resp_meta){.api = api,
                                      .id = g->id,
-                                     .created = wall_ms() / 1000,
+                                     .created = util_wall_ms() / 1000,
                                      .model = g->r.model,
                                      .usage_null = g->r.include_usage};
     g->n_choices = (int)g->r.n_prompts * g->r.n;
@@ -649,7 +649,7 @@ static void on_kv_take(struct httpd_req *req, void *arg)
 {
     struct sim *s = arg;
     int64_t block;
-    if (parse_i64(httpd_req_param(req, "id"), 0, INT64_MAX, &block)) {
+    if (util_parse_i64(httpd_req_param(req, "id"), 0, INT64_MAX, &block)) {
         httpd_respond_error(req, 400, "KV ticket id must be a non-negative integer");
         return;
     }

@@ -250,7 +250,7 @@ static void stop_workers(struct sim *s)
         pidfd_send_signal(w->pidfd, SIGTERM, NULL, 0);
         alive++;
     }
-    int64_t deadline = mono_ms() + SIM_WORKER_GRACE_MS;
+    int64_t deadline = util_mono_ms() + SIM_WORKER_GRACE_MS;
     while (alive > 0) {
         struct pollfd pfd[64];
         struct sim_worker *who[64];
@@ -261,7 +261,7 @@ static void stop_workers(struct sim *s)
                 who[n++] = &s->workers[i];
             }
         }
-        int64_t left = deadline - mono_ms();
+        int64_t left = deadline - util_mono_ms();
         if (n == 0 || left <= 0)
             break;
         if (poll(pfd, (nfds_t)n, (int)left) < 0 && errno != EINTR)
@@ -400,10 +400,10 @@ int sim_main(int argc, char **argv)
 
     int rc = 0;
     s->exit_code = 1;
-    s->start_ms = mono_ms();
-    s->start_wall_ms = wall_ms();
+    s->start_ms = util_mono_ms();
+    s->start_wall_ms = util_wall_ms();
     if (getrandom(&s->id_base, sizeof(s->id_base), 0) != sizeof(s->id_base))
-        s->id_base = (uint64_t)wall_ms() ^ ((uint64_t)getpid() << 32);
+        s->id_base = (uint64_t)util_wall_ms() ^ ((uint64_t)getpid() << 32);
     s->kv = sim_kv_new(SIM_KV_TICKETS, SIM_KV_TTL_MS, 1 + (int64_t)(s->id_base % 1000000) * 1000);
     if ((rc = spawn_workers(s)))
         goto out;

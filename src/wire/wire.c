@@ -194,7 +194,7 @@ int wj_value_numstr(json_t *v, const char *path, char **out, struct wire_err *er
 int wj_port_value(const char *s)
 {
     int port = 0;
-    if (!s || parse_int(s, 1, 65535, &port) < 0)
+    if (!s || util_parse_int(s, 1, 65535, &port) < 0)
         return 0;
     return port;
 }
@@ -205,7 +205,7 @@ int wj_value_portstr(json_t *v, const char *path, char **out, struct wire_err *e
     int rc = wj_value_numstr(v, path, &s, err);
     if (rc < 0)
         return rc;
-    /* Digits only: parse_int would also take "+80" or " 80", which no peer sends and
+    /* Digits only: util_parse_int would also take "+80" or " 80", which no peer sends and
      * which would not compare equal to the port we derive. */
     bool digits = *s != '\0';
     for (const char *c = s; *c; c++)

@@ -468,7 +468,7 @@ int wire_ft_status_reply_parse(json_t *j, struct wire_ft_engines *out, struct wi
     json_object_foreach(j, key, v)
     {
         int64_t id;
-        if (parse_i64(key, 0, WIRE_ID_MAX, &id) < 0) {
+        if (util_parse_i64(key, 0, WIRE_ID_MAX, &id) < 0) {
             wire_err_set(err, "key \"%.40s\" is not an endpoint id", key);
             wire_ft_engines_release(out);
             return -EINVAL;

@@ -160,7 +160,7 @@ void wire_d2d_peers_for(const struct wire_strlist *peers, int64_t endpoint_id,
             continue;
         char *id_text = xstrndup(e, (size_t)(colon - e));
         int64_t id;
-        int rc = parse_i64(id_text, 0, WIRE_ID_MAX, &id);
+        int rc = util_parse_i64(id_text, 0, WIRE_ID_MAX, &id);
         free(id_text);
         if (rc == 0 && id == endpoint_id)
             wire_strlist_push(out, colon + 1);
@@ -340,7 +340,7 @@ int wire_heartbeat_parse(json_t *j, struct wire_heartbeat *out, struct wire_err 
         bool digits = *key != '\0';
         for (const char *c = key; *c; c++)
             digits = digits && *c >= '0' && *c <= '9';
-        if (!digits || parse_i64(key, 0, WIRE_ID_MAX, &id) < 0) {
+        if (!digits || util_parse_i64(key, 0, WIRE_ID_MAX, &id) < 0) {
             wire_err_set(err, "status: key \"%.40s\" is not an endpoint id", key);
             goto fail;
         }

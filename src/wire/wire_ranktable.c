@@ -137,7 +137,7 @@ int wire_ranktable_load_file(const char *path, struct wire_ranktable *out, struc
 {
     memset(out, 0, sizeof(*out));
     size_t len = 0;
-    char *data = read_file(path, RANKTABLE_FILE_MAX, &len);
+    char *data = util_read_file(path, RANKTABLE_FILE_MAX, &len);
     if (!data) {
         int e = errno ? errno : EIO;
         wire_err_set(err, "%s: cannot read: %s", path, strerror(e));
@@ -171,7 +171,7 @@ int wire_ranktable_write_file(const struct wire_ranktable *rt, const char *path)
     withnl[n] = '\n';
     withnl[n + 1] = '\0';
     free(text);
-    int rc = write_file_atomic(path, withnl, n + 1, 0644);
+    int rc = util_write_file_atomic(path, withnl, n + 1, 0644);
     free(withnl);
     return rc;
 }

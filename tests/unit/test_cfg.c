@@ -406,7 +406,7 @@ static int teardown_dir(void **state)
 static char *write_tmp(const char *name, const char *text)
 {
     char *path = xasprintf("%s/%s", tmpdir, name);
-    assert_int_equal(write_file_atomic(path, text, strlen(text), 0600), 0);
+    assert_int_equal(util_write_file_atomic(path, text, strlen(text), 0600), 0);
     return path;
 }
 

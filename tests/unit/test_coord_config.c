@@ -52,11 +52,11 @@ static void test_keys(void **state)
     char kpath[] = "/tmp/coordcfgXXXXXX";
     int fd = mkstemp(kpath);
     assert_true(fd >= 0);
-    assert_int_equal(write_all(fd, "s3cret  \nignored\n", 17), 0);
+    assert_int_equal(util_write_all(fd, "s3cret  \nignored\n", 17), 0);
     close(fd);
     char ipath[] = "/tmp/coordcfgXXXXXX";
     fd = mkstemp(ipath);
-    assert_int_equal(write_all(fd, "# comment\nk1\n\n  k2 \n", 20), 0);
+    assert_int_equal(util_write_all(fd, "# comment\nk1\n\n  k2 \n", 20), 0);
     close(fd);
     char *text = xasprintf(
         "{\"motor_coordinator_config\":{\"api_config\":{\"coordinator_api_host\":\"0.0.0.0\","
@@ -135,7 +135,7 @@ static void test_secret_file(void **state)
     assert_int_equal(ccfg_read_secret("/nonexistent/x", &s), -ENOENT);
     char p[] = "/tmp/coordcfgXXXXXX";
     int fd = mkstemp(p);
-    assert_int_equal(write_all(fd, "\n", 1), 0);
+    assert_int_equal(util_write_all(fd, "\n", 1), 0);
     close(fd);
     assert_int_equal(ccfg_read_secret(p, &s), -EINVAL);
     unlink(p);

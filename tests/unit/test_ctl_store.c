@@ -54,8 +54,8 @@ static void on_load(struct store *st, int err, const struct store_kv *kvs, size_
 
 static void spin(struct reactor *r, bool *flag, int ms)
 {
-    int64_t end = mono_ms() + ms;
-    while (!*flag && mono_ms() < end)
+    int64_t end = util_mono_ms() + ms;
+    while (!*flag && util_mono_ms() < end)
         reactor_run_once(r, 10);
 }
 
@@ -146,8 +146,8 @@ static void test_sqlite_leadership(void **state)
     assert_true(pa.leader);
     store_campaign(b, on_leader, &pb);
     /* b keeps retrying while a holds the lock. */
-    int64_t end = mono_ms() + 300;
-    while (mono_ms() < end)
+    int64_t end = util_mono_ms() + 300;
+    while (util_mono_ms() < end)
         reactor_run_once(r, 10);
     assert_false(pb.leader);
     assert_string_equal(store_leader_owner(b), "controller-a");

@@ -522,15 +522,15 @@ static void res_release(struct res *x)
 /* Runs the loop until *counter >= want or timeout_ms passes. */
 static void run_until_int(struct fx *f, const int *counter, int want, int timeout_ms)
 {
-    int64_t deadline = mono_ms() + timeout_ms;
-    while (*counter < want && mono_ms() < deadline)
+    int64_t deadline = util_mono_ms() + timeout_ms;
+    while (*counter < want && util_mono_ms() < deadline)
         reactor_run_once(f->r, 20);
 }
 
 static void run_until_atomic(struct fx *f, atomic_int *counter, int want, int timeout_ms)
 {
-    int64_t deadline = mono_ms() + timeout_ms;
-    while (atomic_load(counter) < want && mono_ms() < deadline)
+    int64_t deadline = util_mono_ms() + timeout_ms;
+    while (atomic_load(counter) < want && util_mono_ms() < deadline)
         reactor_run_once(f->r, 20);
 }
 
@@ -648,23 +648,23 @@ static void test_concurrent_50(void **state)
     enum { N = 50 };
     struct res *x = xcalloc(N, sizeof(*x));
     char *u = url(f, "/delay?ms=200");
-    int64_t t0 = mono_ms();
+    int64_t t0 = util_mono_ms();
     for (int i = 0; i < N; i++) {
         x[i].f = f;
         httpc_get(f->c, u, 10000, on_done, &x[i]);
     }
     free(u);
     assert_int_equal(httpc_active(f->c), N);
-    int64_t deadline = mono_ms() + 10000;
+    int64_t deadline = util_mono_ms() + 10000;
     for (;;) {
         int done = 0;
         for (int i = 0; i < N; i++)
             done += x[i].ncalls;
-        if (done == N || mono_ms() > deadline)
+        if (done == N || util_mono_ms() > deadline)
             break;
         reactor_run_once(f->r, 20);
     }
-    int64_t took = mono_ms() - t0;
+    int64_t took = util_mono_ms() - t0;
     for (int i = 0; i < N; i++) {
         assert_int_equal(x[i].ncalls, 1);
         assert_int_equal(x[i].error, 0);
@@ -712,19 +712,19 @@ static void test_idle_connection_closed_by_server(void **state)
     assert_string_equal(x.body, "bye");
     res_release(&x);
     /* the server thread closes its end after answering */
-    int64_t deadline = mono_ms() + 5000;
+    int64_t deadline = util_mono_ms() + 5000;
     for (;;) {
         pthread_mutex_lock(&f->s->mu);
         bool closed = f->s->nconn == 1 && f->s->fd[0] == -1;
         pthread_mutex_unlock(&f->s->mu);
-        if (closed || mono_ms() > deadline)
+        if (closed || util_mono_ms() > deadline)
             break;
         reactor_run_once(f->r, 5);
     }
     /* No busy loop on the dead idle socket: iterations of 20 ms each, not thousands. */
     int iterations = 0;
-    int64_t t0 = mono_ms();
-    while (mono_ms() - t0 < 200) {
+    int64_t t0 = util_mono_ms();
+    while (util_mono_ms() - t0 < 200) {
         reactor_run_once(f->r, 20);
         iterations++;
     }
@@ -774,11 +774,11 @@ static void test_timeout(void **state)
     struct fx *f = *state;
     struct res x = {.f = f};
     char *u = url(f, "/delay?ms=5000");
-    int64_t t0 = mono_ms();
+    int64_t t0 = util_mono_ms();
     httpc_get(f->c, u, 300, on_done, &x);
     free(u);
     run_until_int(f, &x.ncalls, 1, 5000);
-    int64_t took = mono_ms() - t0;
+    int64_t took = util_mono_ms() - t0;
     assert_int_equal(x.ncalls, 1);
     assert_int_equal(x.error, -ETIMEDOUT);
     assert_true(strlen(x.error_text) > 0);
@@ -1197,8 +1197,8 @@ static void test_mixed_crowd(void **state)
             cancelled[i] = true;
         }
     }
-    int64_t deadline = mono_ms() + 10000;
-    while (httpc_active(f->c) > 0 && mono_ms() < deadline)
+    int64_t deadline = util_mono_ms() + 10000;
+    while (httpc_active(f->c) > 0 && util_mono_ms() < deadline)
         reactor_run_once(f->r, 20);
     assert_int_equal(httpc_active(f->c), 0);
     int ok = 0, timedout = 0, aborted = 0;
@@ -1339,8 +1339,8 @@ static int start_tls_server(struct fx *f, char **cert, char **key)
     char line[256];
     size_t have = 0;
     int port = 0;
-    int64_t deadline = mono_ms() + 10000;
-    while (!port && mono_ms() < deadline && have < sizeof(line) - 1) {
+    int64_t deadline = util_mono_ms() + 10000;
+    while (!port && util_mono_ms() < deadline && have < sizeof(line) - 1) {
         struct pollfd p = {.fd = pfd[0], .events = POLLIN};
         if (poll(&p, 1, 100) <= 0)
             continue;

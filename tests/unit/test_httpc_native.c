@@ -406,15 +406,15 @@ static int on_chunk(const char *d, size_t n, void *arg)
 
 static void run_until(struct fx *f, const int *counter, int want, int ms)
 {
-    int64_t deadline = mono_ms() + ms;
-    while (*counter < want && mono_ms() < deadline)
+    int64_t deadline = util_mono_ms() + ms;
+    while (*counter < want && util_mono_ms() < deadline)
         reactor_run_once(f->r, 10);
 }
 
 static void wait_atomic(atomic_int *v, int want, int ms)
 {
-    int64_t deadline = mono_ms() + ms;
-    while (atomic_load(v) < want && mono_ms() < deadline)
+    int64_t deadline = util_mono_ms() + ms;
+    while (atomic_load(v) < want && util_mono_ms() < deadline)
         usleep(1000);
 }
 
@@ -831,12 +831,12 @@ static void test_many_concurrent(void **state)
             x[i].f = f;
             httpc_get(f->c, u, 5000, on_done, &x[i]);
         }
-        int64_t deadline = mono_ms() + 5000;
+        int64_t deadline = util_mono_ms() + 5000;
         for (;;) {
             done = 0;
             for (int i = 0; i < N; i++)
                 done += x[i].ncalls;
-            if (done == N || mono_ms() > deadline)
+            if (done == N || util_mono_ms() > deadline)
                 break;
             reactor_run_once(f->r, 10);
         }

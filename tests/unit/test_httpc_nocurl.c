@@ -45,8 +45,8 @@ static void on_done(const struct httpc_response *resp, void *arg)
 
 static void run_until(struct reactor *r, const int *counter, int ms)
 {
-    int64_t deadline = mono_ms() + ms;
-    while (*counter < 1 && mono_ms() < deadline)
+    int64_t deadline = util_mono_ms() + ms;
+    while (*counter < 1 && util_mono_ms() < deadline)
         reactor_run_once(r, 10);
 }
 

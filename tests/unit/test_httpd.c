@@ -205,9 +205,9 @@ static void job_start(struct job *j, struct reactor *r, struct call **calls, siz
 /* Run the loop until pred() or every job is done; fails the test on the deadline. */
 static void loop_until(struct reactor *r, bool (*pred)(void *), void *arg)
 {
-    int64_t deadline = mono_ms() + LOOP_DEADLINE_MS;
+    int64_t deadline = util_mono_ms() + LOOP_DEADLINE_MS;
     while (!pred(arg)) {
-        if (mono_ms() > deadline)
+        if (util_mono_ms() > deadline)
             fail_msg("deadline passed waiting for an event");
         reactor_run_once(r, 50);
     }
@@ -681,9 +681,9 @@ static void test_async_answer(void **state)
     httpd_route(s.h, "GET", "/slow", h_async, &s, 0);
     struct call a = {0};
     url(&a, &s, "/slow");
-    int64_t t0 = mono_ms();
+    int64_t t0 = util_mono_ms();
     run_call(s.r, &a);
-    int64_t took = mono_ms() - t0;
+    int64_t took = util_mono_ms() - t0;
     assert_int_equal(a.rc, CURLE_OK);
     assert_int_equal(a.status, 202);
     assert_string_equal(strbuf_str(&a.body_in), "{\"late\":true}");
@@ -1236,23 +1236,23 @@ static void test_free_with_partial_and_idle(void **state)
 
     int partial = raw_connect(port);
     const char *head = "POST /len HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123456789";
-    assert_int_equal(write_all(partial, head, strlen(head)), 0);
+    assert_int_equal(util_write_all(partial, head, strlen(head)), 0);
 
     int idle = raw_connect(port);
     const char *get = "POST /len HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nab";
-    assert_int_equal(write_all(idle, get, strlen(get)), 0);
+    assert_int_equal(util_write_all(idle, get, strlen(get)), 0);
 
     int pending = raw_connect(port);
     const char *nv = "GET /never HTTP/1.1\r\nHost: x\r\n\r\n";
-    assert_int_equal(write_all(pending, nv, strlen(nv)), 0);
+    assert_int_equal(util_write_all(pending, nv, strlen(nv)), 0);
     loop_until(s.r, handled_once, &s);
 
     /* the idle connection got its answer and stays open (keep-alive) */
     char buf[4096];
     size_t got = 0;
-    int64_t deadline = mono_ms() + LOOP_DEADLINE_MS;
+    int64_t deadline = util_mono_ms() + LOOP_DEADLINE_MS;
     while (!memmem(buf, got, "\r\n\r\n2", 5)) {
-        assert_true(mono_ms() < deadline);
+        assert_true(util_mono_ms() < deadline);
         reactor_run_once(s.r, 20);
         ssize_t n = recv(idle, buf + got, sizeof(buf) - 1 - got, MSG_DONTWAIT);
         if (n > 0)

@@ -183,14 +183,14 @@ static int cli_connect(const struct srv *s)
 static void cli_send(struct srv *s, int fd, const char *data, size_t len)
 {
     size_t off = 0;
-    int64_t deadline = mono_ms() + DEADLINE_MS;
+    int64_t deadline = util_mono_ms() + DEADLINE_MS;
     while (off < len) {
         ssize_t w = send(fd, data + off, len - off, MSG_NOSIGNAL);
         if (w > 0)
             off += (size_t)w;
         else
             assert_true(errno == EAGAIN || errno == EWOULDBLOCK);
-        assert_true(mono_ms() < deadline);
+        assert_true(util_mono_ms() < deadline);
         reactor_run_once(s->r, 0);
     }
 }
@@ -205,7 +205,7 @@ static void cli_sends(struct srv *s, int fd, const char *text)
 static void cli_read_until(struct srv *s, int fd, struct strbuf *sb, const char *want, int times,
                            bool *eof)
 {
-    int64_t deadline = mono_ms() + DEADLINE_MS;
+    int64_t deadline = util_mono_ms() + DEADLINE_MS;
     if (eof)
         *eof = false;
     for (;;) {
@@ -217,7 +217,7 @@ static void cli_read_until(struct srv *s, int fd, struct strbuf *sb, const char 
         }
         if (want && seen >= times)
             return;
-        assert_true(mono_ms() < deadline);
+        assert_true(util_mono_ms() < deadline);
         reactor_run_once(s->r, 10);
         char buf[65536];
         ssize_t n;
@@ -241,9 +241,9 @@ static int count(const char *hay, const char *needle)
 
 static void loop_until_closes(struct srv *s, int n)
 {
-    int64_t deadline = mono_ms() + DEADLINE_MS;
+    int64_t deadline = util_mono_ms() + DEADLINE_MS;
     while (s->closes < n) {
-        assert_true(mono_ms() < deadline);
+        assert_true(util_mono_ms() < deadline);
         reactor_run_once(s->r, 10);
     }
 }
@@ -303,7 +303,7 @@ static void test_large_body_grows(void **state)
     char want[64];
     snprintf(want, sizeof(want), "Content-Length: %zu\r\n\r\n", n);
     cli_read_until(&s, fd, &in, want, 1, NULL);
-    int64_t deadline = mono_ms() + DEADLINE_MS;
+    int64_t deadline = util_mono_ms() + DEADLINE_MS;
     const char *hdr_end = strstr(strbuf_str(&in), "\r\n\r\n");
     assert_non_null(hdr_end);
     size_t head_len = (size_t)(hdr_end - strbuf_str(&in)) + 4;
@@ -313,7 +313,7 @@ static void test_large_body_grows(void **state)
         if (r > 0)
             strbuf_append(&in, buf, (size_t)r);
         reactor_run_once(s.r, 1);
-        assert_true(mono_ms() < deadline);
+        assert_true(util_mono_ms() < deadline);
     }
     assert_int_equal(in.len, head_len + n);
     assert_memory_equal(strbuf_str(&in) + head_len, body, n);
@@ -528,9 +528,9 @@ static void test_disconnect_while_suspended(void **state)
     srv_start(&s, &cfg);
     int fd = cli_connect(&s);
     cli_sends(&s, fd, "GET /never HTTP/1.1\r\nHost: x\r\n\r\n");
-    int64_t deadline = mono_ms() + DEADLINE_MS;
+    int64_t deadline = util_mono_ms() + DEADLINE_MS;
     while (s.handled < 1) {
-        assert_true(mono_ms() < deadline);
+        assert_true(util_mono_ms() < deadline);
         reactor_run_once(s.r, 10);
     }
     assert_int_equal(s.closes, 0);
@@ -551,9 +551,9 @@ static void test_stream_backpressure(void **state)
     int rcv = 16 * 1024;
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof(rcv));
     cli_sends(&s, fd, "GET /big HTTP/1.1\r\nHost: x\r\n\r\n");
-    int64_t deadline = mono_ms() + DEADLINE_MS;
+    int64_t deadline = util_mono_ms() + DEADLINE_MS;
     while (s.handled < 1) {
-        assert_true(mono_ms() < deadline);
+        assert_true(util_mono_ms() < deadline);
         reactor_run_once(s.r, 10);
     }
     for (int i = 0; i < 5; i++)
@@ -571,7 +571,7 @@ static void test_stream_backpressure(void **state)
     char buf[65536];
     char tailbuf[16] = {0};
     while (!end) {
-        assert_true(mono_ms() < deadline);
+        assert_true(util_mono_ms() < deadline);
         reactor_run_once(s.r, 1);
         ssize_t n;
         while ((n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT)) > 0) {
@@ -612,10 +612,10 @@ static void test_idle_timeout_and_max_connections(void **state)
     assert_int_equal(in.len, 0);
     close(c);
     /* the idle ones are closed after ~1 s */
-    int64_t t0 = mono_ms();
+    int64_t t0 = util_mono_ms();
     cli_read_until(&s, a, &in, NULL, 0, &eof);
     assert_true(eof);
-    assert_true(mono_ms() - t0 < 4000);
+    assert_true(util_mono_ms() - t0 < 4000);
     close(a);
     close(b);
     strbuf_release(&in);
@@ -655,20 +655,20 @@ static int64_t trickle_until_closed(struct srv *s, const char *prefix, int64_t m
 {
     int fd = cli_connect(s);
     cli_sends(s, fd, prefix);
-    int64_t t0 = mono_ms(), next = t0;
+    int64_t t0 = util_mono_ms(), next = t0;
     int64_t closed_after = -1;
-    while (mono_ms() - t0 < max_ms) {
+    while (util_mono_ms() - t0 < max_ms) {
         reactor_run_once(s->r, 10);
         char buf[4096];
         ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
         if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
-            closed_after = mono_ms() - t0;
+            closed_after = util_mono_ms() - t0;
             break;
         }
-        if (mono_ms() >= next) {
+        if (util_mono_ms() >= next) {
             next += 100;
             if (send(fd, "a", 1, MSG_NOSIGNAL) < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
-                closed_after = mono_ms() - t0;
+                closed_after = util_mono_ms() - t0;
                 break;
             }
         }
@@ -771,8 +771,8 @@ static void test_accept_emfile_does_not_spin(void **state)
         assert_true(rc == 0 || errno == EINPROGRESS);
     }
     int turns = 0;
-    int64_t t0 = mono_ms();
-    while (mono_ms() - t0 < 400) {
+    int64_t t0 = util_mono_ms();
+    while (util_mono_ms() - t0 < 400) {
         reactor_run_once(s.r, 50);
         turns++;
     }
@@ -795,7 +795,7 @@ static void test_accept_emfile_does_not_spin(void **state)
 /* A process without TLS listeners must never map libmicrohttpd / GnuTLS. */
 static bool mapped(const char *lib)
 {
-    char *maps = read_file("/proc/self/maps", 16 << 20, NULL);
+    char *maps = util_read_file("/proc/self/maps", 16 << 20, NULL);
     bool yes = maps && strstr(maps, lib) != NULL;
     free(maps);
     return yes;
@@ -981,9 +981,9 @@ static void shrink_server_sndbuf(struct srv *s, int cfd, int bytes)
 {
     struct sockaddr_in me, peer;
     socklen_t l = sizeof(me);
-    int64_t deadline = mono_ms() + DEADLINE_MS;
+    int64_t deadline = util_mono_ms() + DEADLINE_MS;
     while (getpeername(cfd, (struct sockaddr *)&peer, &l) != 0) {
-        assert_true(mono_ms() < deadline);
+        assert_true(util_mono_ms() < deadline);
         reactor_run_once(s->r, 5);
         l = sizeof(peer);
     }
@@ -1004,7 +1004,7 @@ static void shrink_server_sndbuf(struct srv *s, int cfd, int bytes)
                 return;
             }
         }
-        assert_true(mono_ms() < deadline);
+        assert_true(util_mono_ms() < deadline);
     }
 }
 
@@ -1025,16 +1025,16 @@ static int64_t read_slowly(struct srv *s, const char *path, bool small_bufs, siz
     snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", path);
     int closes = s->closes;
     cli_sends(s, fd, req);
-    int64_t t0 = mono_ms(), next = t0;
+    int64_t t0 = util_mono_ms(), next = t0;
     int64_t done_after = -1;
     *got = 0;
-    while (mono_ms() - t0 < max_ms) {
+    while (util_mono_ms() - t0 < max_ms) {
         reactor_run_once(s->r, 5);
         if (s->closes > closes) {
-            done_after = mono_ms() - t0;
+            done_after = util_mono_ms() - t0;
             break;
         }
-        if (mono_ms() < next)
+        if (util_mono_ms() < next)
             continue;
         next += 50;
         char buf[65536];
@@ -1103,8 +1103,8 @@ static void test_idle_stream_is_kept(void **state)
     cli_sends(&s, fd, "GET /idle HTTP/1.1\r\nHost: x\r\n\r\n");
     bool eof = false;
     cli_read_until(&s, fd, &in, "first", 1, &eof);
-    int64_t t0 = mono_ms();
-    while (mono_ms() - t0 < 3000)
+    int64_t t0 = util_mono_ms();
+    while (util_mono_ms() - t0 < 3000)
         reactor_run_once(s.r, 50);
     assert_int_equal(s.closes, 0);
     assert_non_null(s.held);

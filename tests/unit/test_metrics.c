@@ -72,7 +72,7 @@ static bool parse_value(const char *s, double *out)
         *out = NAN;
         return true;
     }
-    return parse_double(s, -INFINITY, INFINITY, out) == 0;
+    return util_parse_double(s, -INFINITY, INFINITY, out) == 0;
 }
 
 static bool ends_with(const char *s, const char *suffix)

@@ -540,7 +540,7 @@ static void test_motor_additions(void **state)
     char dir[] = "/tmp/test_nm_config_XXXXXX";
     assert_non_null(mkdtemp(dir));
     char *kf = xasprintf("%s/key", dir);
-    assert_int_equal(write_file_atomic(kf, "k3y\n", 4, 0600), 0);
+    assert_int_equal(util_write_file_atomic(kf, "k3y\n", 4, 0600), 0);
     char *cfg = xasprintf("{'motor_nodemanger_config':{'management_api_key_file':'%s'}}", kf);
     struct cfg_errors errs;
     c = from_text(cfg, "union", NULL, &errs);
@@ -552,7 +552,7 @@ static void test_motor_additions(void **state)
     cfg_errors_release(&errs);
     free(cfg);
     /* an empty key file is an error */
-    assert_int_equal(write_file_atomic(kf, "\n", 1, 0600), 0);
+    assert_int_equal(util_write_file_atomic(kf, "\n", 1, 0600), 0);
     cfg = xasprintf("{'motor_nodemanger_config':{'management_api_key_file':'%s'}}", kf);
     c = from_text(cfg, "union", NULL, &errs);
     assert_null(c);
@@ -1064,7 +1064,7 @@ static void test_reload(void **state)
     char *path = xasprintf("%s/user_config.json", dir);
     const char *v1 = "{\"motor_nodemanger_config\":{\"basic_config\":"
                      "{\"heartbeat_interval_seconds\":3}}}";
-    assert_int_equal(write_file_atomic(path, v1, strlen(v1), 0644), 0);
+    assert_int_equal(util_write_file_atomic(path, v1, strlen(v1), 0644), 0);
     char *cp = xasprintf("CONFIG_PATH=%s", path);
     const char *env[] = {cp, "ROLE=union", "POD_IP=10.3.3.3", NULL};
     struct nm_config_opts o = {.env = nm_env_from_array, .env_ud = env};
@@ -1083,7 +1083,7 @@ static void test_reload(void **state)
     const char *v2 = "{\"motor_nodemanger_config\":{\"basic_config\":"
                      "{\"heartbeat_interval_seconds\":1},\"api_config\":"
                      "{\"node_manager_port\":2000}}}";
-    assert_int_equal(write_file_atomic(path, v2, strlen(v2), 0644), 0);
+    assert_int_equal(util_write_file_atomic(path, v2, strlen(v2), 0644), 0);
     struct nm_config *next = nm_config_reload(live, &errs);
     assert_non_null(next);
     assert_true(next->heartbeat_interval_seconds == 1.0);
@@ -1098,14 +1098,14 @@ static void test_reload(void **state)
 
     /* an invalid file: NULL with the reasons, live untouched */
     const char *v3 = "{\"motor_nodemanger_config\":{\"api_config\":{\"node_manager_port\":-5}}}";
-    assert_int_equal(write_file_atomic(path, v3, strlen(v3), 0644), 0);
+    assert_int_equal(util_write_file_atomic(path, v3, strlen(v3), 0644), 0);
     assert_null(nm_config_reload(live, &errs));
     assert_string_equal(cfg_errors_text(&errs),
                         "motor_nodemanger_config.api_config.node_manager_port: must be an "
                         "integer in [1, 65535], got -5\n");
     cfg_errors_release(&errs);
     cfg_errors_init(&errs, "");
-    assert_int_equal(write_file_atomic(path, "{", 1, 0644), 0);
+    assert_int_equal(util_write_file_atomic(path, "{", 1, 0644), 0);
     assert_null(nm_config_reload(live, &errs));
     assert_non_null(strstr(cfg_errors_text(&errs), "syntax error at line"));
     assert_int_equal(live->node_manager_port, 1026);
@@ -1166,8 +1166,8 @@ static int run_check(int argc, char **argv, char **out, char **err)
     close(fo);
     close(fe);
     size_t n;
-    *out = read_file(po, 1 << 20, &n);
-    *err = read_file(pe, 1 << 20, &n);
+    *out = util_read_file(po, 1 << 20, &n);
+    *err = util_read_file(pe, 1 << 20, &n);
     unlink(po);
     unlink(pe);
     rmdir(dir);

@@ -276,7 +276,7 @@ static void test_venv_python(void **state)
     char *bin = xasprintf("%s/.venv/bin", root);
     mkdirs(bin);
     char *py = xasprintf("%s/python", bin);
-    assert_int_equal(write_file_atomic(py, "#!/bin/sh\n", 10, 0755), 0);
+    assert_int_equal(util_write_file_atomic(py, "#!/bin/sh\n", 10, 0755), 0);
     char *got = pool_venv_python(root, "python");
     assert_non_null(got);
     assert_string_equal(got, py);

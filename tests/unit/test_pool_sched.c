@@ -139,9 +139,9 @@ static int count_state(struct fx *f, struct pool_node *n, enum pool_state s)
 /* Run the loop until pred or the deadline (ms). */
 static bool run_until(struct fx *f, bool (*pred)(void *), void *arg, int64_t ms)
 {
-    int64_t end = mono_ms() + ms;
+    int64_t end = util_mono_ms() + ms;
     while (!pred(arg)) {
-        if (mono_ms() >= end)
+        if (util_mono_ms() >= end)
             return false;
         reactor_run_once(f->r, 5);
     }
@@ -287,11 +287,11 @@ static void test_queue_timeout_503(void **state)
     pool_inst_mark_ready(spawned[0], 5000);
     assert_int_equal(w1.status, 200);
     tw_init(&w2, 2);
-    int64_t t0 = mono_ms();
+    int64_t t0 = util_mono_ms();
     pool_acquire(n, &w2.w);
     assert_int_equal(w2.status, 0);
     assert_true(run_until(f, tw_done, &w2, 2000));
-    int64_t waited = mono_ms() - t0;
+    int64_t waited = util_mono_ms() - t0;
     assert_true(waited >= 45);
     assert_int_equal(w2.status, 503);
     assert_non_null(strstr(w2.msg, "no capacity for node 'q'"));
@@ -423,21 +423,21 @@ static void test_idle_reaping_and_keep_warm(void **state)
     for (int i = 0; i < 3; i++)
         pool_inst_mark_ready(spawned[i], 5000 + i);
     /* Busy instances are never reaped, however long the call. */
-    int64_t t0 = mono_ms();
-    while (mono_ms() - t0 < 200)
+    int64_t t0 = util_mono_ms();
+    while (util_mono_ms() - t0 < 200)
         reactor_run_once(f->r, 10);
     assert_int_equal(w1.got->state, POOL_READY);
-    int64_t released = mono_ms();
+    int64_t released = util_mono_ms();
     pool_release(w1.got);
     pool_release(w2.got);
     pool_release(w3.got);
     struct state_wait sw = {spawned[0], POOL_STOPPED};
     assert_true(run_until(f, inst_in, &sw, 2000));
-    int64_t after = mono_ms() - released;
+    int64_t after = util_mono_ms() - released;
     assert_true(after >= 95 && after < 1000); /* within the TTL's precision */
     assert_string_equal(spawned[0]->stop_cause, "idle ttl expired");
-    t0 = mono_ms();
-    while (mono_ms() - t0 < 200)
+    t0 = util_mono_ms();
+    while (util_mono_ms() - t0 < 200)
         reactor_run_once(f->r, 10);
     assert_int_equal(spawned[1]->state, POOL_READY); /* keep_warm */
     assert_int_equal(spawned[2]->state, POOL_READY); /* negative TTL */

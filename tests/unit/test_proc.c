@@ -126,11 +126,11 @@ static int teardown(void **state)
     for (int i = 0; i < MAXPROCS; i++)
         proc_free(f->procs[i]);
     /* Whatever those groups left behind was SIGKILLed: collect the zombies. */
-    int64_t deadline = mono_ms() + 2000;
+    int64_t deadline = util_mono_ms() + 2000;
     do
         proc_reap_orphans();
     while (waitid(P_ALL, 0, &(siginfo_t){0}, WEXITED | WNOHANG | WNOWAIT) == 0 &&
-           mono_ms() < deadline);
+           util_mono_ms() < deadline);
     rm_dir(f->dir);
     reactor_free(f->r);
     int leaked = count_fds() - f->nfds_before;
@@ -219,16 +219,16 @@ static struct proc *spawn_sh(struct fx *f, const char *script, struct rec *rc)
 
 static bool run_until_int(struct fx *f, const int *v, int want, int64_t timeout_ms)
 {
-    int64_t deadline = mono_ms() + timeout_ms;
-    while (*v < want && mono_ms() < deadline)
+    int64_t deadline = util_mono_ms() + timeout_ms;
+    while (*v < want && util_mono_ms() < deadline)
         assert_true(reactor_run_once(f->r, 20) >= 0);
     return *v >= want;
 }
 
 static bool run_until_flag(struct fx *f, const bool *v, int64_t timeout_ms)
 {
-    int64_t deadline = mono_ms() + timeout_ms;
-    while (!*v && mono_ms() < deadline)
+    int64_t deadline = util_mono_ms() + timeout_ms;
+    while (!*v && util_mono_ms() < deadline)
         assert_true(reactor_run_once(f->r, 20) >= 0);
     return *v;
 }
@@ -264,7 +264,7 @@ static char pid_state(pid_t pid, pid_t *ppid_out, pid_t *pgrp_out, pid_t *sid_ou
  * pgid exists any more, zombies included. */
 static bool group_gone(struct fx *f, pid_t pgid, int64_t timeout_ms)
 {
-    int64_t deadline = mono_ms() + timeout_ms;
+    int64_t deadline = util_mono_ms() + timeout_ms;
     for (;;) {
         proc_reap_orphans();
         pid_t pids[64];
@@ -272,7 +272,7 @@ static bool group_gone(struct fx *f, pid_t pgid, int64_t timeout_ms)
         assert_true(n >= 0);
         if (n == 0 && !proc_group_alive(pgid))
             return true;
-        if (mono_ms() >= deadline)
+        if (util_mono_ms() >= deadline)
             return false;
         assert_true(reactor_run_once(f->r, 20) >= 0);
     }
@@ -280,7 +280,7 @@ static bool group_gone(struct fx *f, pid_t pgid, int64_t timeout_ms)
 
 static long rss_kb(void)
 {
-    char *s = read_file("/proc/self/status", 1 << 16, NULL);
+    char *s = util_read_file("/proc/self/status", 1 << 16, NULL);
     assert_non_null(s);
     long kb = -1;
     char *p = strstr(s, "VmRSS:");
@@ -399,7 +399,7 @@ static void test_logfile_rotation(void **state)
     assert_int_equal(file_size(p2), 90);
     assert_int_equal(file_size(p3), -1); /* keep = 2 */
     /* Newest data in path, in order, split only at line boundaries. */
-    char *cur = read_file(path, 4096, NULL), *old = read_file(p1, 4096, NULL);
+    char *cur = util_read_file(path, 4096, NULL), *old = util_read_file(p1, 4096, NULL);
     assert_non_null(cur);
     assert_non_null(old);
     assert_memory_equal(cur, "line 18", 7);
@@ -452,7 +452,7 @@ static void test_exit_code_and_output(void **state)
 {
     struct fx *f = *state;
     struct rec rc = {0};
-    int64_t t0 = mono_ms();
+    int64_t t0 = util_mono_ms();
     struct proc *p = spawn_sh(f, "echo hello; echo oops >&2; exit 42", &rc);
     assert_true(proc_pid(p) > 0);
     assert_int_equal(proc_pgid(p), proc_pid(p));
@@ -518,12 +518,12 @@ static void test_exec_failure(void **state)
     for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
         const char *argv[] = {cases[i].argv0, NULL};
         struct proc_opts o = {.argv = argv, .workdir = cases[i].workdir};
-        int64_t t0 = mono_ms();
+        int64_t t0 = util_mono_ms();
         int rc = proc_spawn(f->r, &o, &p);
         if (rc != cases[i].want)
             fail_msg("case %zu (%s): got %d want %d", i, cases[i].argv0, rc, cases[i].want);
         assert_null(p);
-        assert_true(mono_ms() - t0 < 2000); /* synchronous, no timeout involved */
+        assert_true(util_mono_ms() - t0 < 2000); /* synchronous, no timeout involved */
     }
     /* The failed children were reaped by proc_spawn: no child at all is left. */
     siginfo_t si;
@@ -705,8 +705,8 @@ static void test_tail_and_lines(void **state)
      * delivered when the stream ends. */
     struct rec r3 = {0};
     struct proc *p3 = spawn_sh(f, "echo first; printf partial; sleep 30", &r3);
-    int64_t deadline = mono_ms() + DEADLINE_MS;
-    while (proc_output_bytes(p3, PROC_STDOUT) < 13 && mono_ms() < deadline)
+    int64_t deadline = util_mono_ms() + DEADLINE_MS;
+    while (proc_output_bytes(p3, PROC_STDOUT) < 13 && util_mono_ms() < deadline)
         assert_true(reactor_run_once(f->r, 20) >= 0);
     assert_int_equal(r3.lines, 1);
     t = proc_tail(p3, 1);
@@ -717,8 +717,8 @@ static void test_tail_and_lines(void **state)
     free(t);
     assert_int_equal(proc_kill_now(p3), 0);
     /* The writer is dead: EOF flushes the partial line. */
-    deadline = mono_ms() + DEADLINE_MS;
-    while (r3.lines < 2 && mono_ms() < deadline)
+    deadline = util_mono_ms() + DEADLINE_MS;
+    while (r3.lines < 2 && util_mono_ms() < deadline)
         assert_true(reactor_run_once(f->r, 20) >= 0);
     assert_int_equal(r3.lines, 2);
     assert_string_equal(r3.last, "partial");
@@ -744,7 +744,7 @@ static void test_rotated_log(void **state)
         } else {
             assert_true(sz > 0);
             assert_true(sz <= 4096);
-            char *c = read_file(pk, 8192, NULL);
+            char *c = util_read_file(pk, 8192, NULL);
             assert_non_null(c);
             /* Split at line boundaries only. */
             assert_true(c[strlen(c) - 1] == '\n');
@@ -788,7 +788,7 @@ static void test_flood(void **state)
                           NULL};
     struct proc_opts o = {.argv = argv, .log_path = path, .log_max_bytes = 1 << 20, .log_keep = 2};
     long rss0 = rss_kb();
-    int64_t t0 = mono_ms();
+    int64_t t0 = util_mono_ms();
     struct proc *p = spawn_opts(f, &o, &rc);
     struct flood fl = {.p = p};
     struct reactor_timer tick;
@@ -797,7 +797,7 @@ static void test_flood(void **state)
     bool ok = run_until_int(f, &rc.exits, 1, 60000);
     reactor_timer_stop(f->r, &tick);
     assert_true(ok);
-    int64_t el = mono_ms() - t0;
+    int64_t el = util_mono_ms() - t0;
     long rss1 = rss_kb();
     assert_int_equal(rc.st.code, 0);
     assert_int_equal(proc_output_bytes(p, PROC_STDOUT), 52428800ull);
@@ -840,7 +840,7 @@ static void test_stop_term_ignored(void **state)
     struct rec rc = {.want = "ready"};
     struct proc *p = spawn_sh(f, "trap '' TERM; echo ready; while :; do sleep 1; done", &rc);
     assert_true(run_until_flag(f, &rc.seen, DEADLINE_MS));
-    int64_t t0 = mono_ms();
+    int64_t t0 = util_mono_ms();
     assert_int_equal(proc_stop(p, 300, rec_done, &rc), 0);
     assert_int_equal(proc_get_state(p), PROC_STOPPING);
     assert_int_equal(proc_stop(p, 300, rec_done, &rc), -EALREADY);
@@ -848,7 +848,7 @@ static void test_stop_term_ignored(void **state)
     assert_int_equal(reactor_run_once(f->r, 100), 0);
     assert_true(proc_running(p));
     assert_true(run_until_int(f, &rc.done, 1, DEADLINE_MS));
-    int64_t el = mono_ms() - t0;
+    int64_t el = util_mono_ms() - t0;
     assert_true(el >= 290);
     assert_true(el < 5000);
     assert_int_equal(rc.exits, 1);
@@ -889,11 +889,11 @@ static void check_group_swept(struct fx *f, const char *script, int nready)
     pid_t pids[16];
     int n = proc_group_pids(pgid, pids, 16);
     assert_true(n >= 3); /* the shell and two sleeps */
-    int64_t t0 = mono_ms();
+    int64_t t0 = util_mono_ms();
     assert_int_equal(proc_stop(p, 5000, rec_done, &rc), 0);
     assert_true(run_until_int(f, &rc.done, 1, DEADLINE_MS));
     /* Well before the grace: the leader died of TERM and the sweep took the rest. */
-    assert_true(mono_ms() - t0 < 4000);
+    assert_true(util_mono_ms() - t0 < 4000);
     assert_int_equal(rc.st.signo, SIGTERM);
     assert_true(group_gone(f, pgid, DEADLINE_MS));
     for (int i = 0; i < n && i < 16; i++)
@@ -974,7 +974,7 @@ static void test_exit_sweeps_group(void **state)
     struct proc *pk = spawn_opts(f, &o, &rk);
     assert_true(run_until_int(f, &rk.exits, 1, DEADLINE_MS));
     int gpid = 0;
-    assert_int_equal(parse_int(rk.last, 1, INT32_MAX, &gpid), 0);
+    assert_int_equal(util_parse_int(rk.last, 1, INT32_MAX, &gpid), 0);
     /* Survived the leader, reparented to us (the subreaper). */
     pid_t ppid = 0;
     char st = pid_state(gpid, &ppid, NULL, NULL);
@@ -1028,8 +1028,8 @@ static void test_pdeathsig(void **state)
     assert_int_equal(waitpid(helper, NULL, 0), helper);
     /* The grandchild gets SIGKILL from PR_SET_PDEATHSIG; we are the subreaper it is
      * handed to, and the loop's SIGCHLD handler reaps it. */
-    int64_t deadline = mono_ms() + DEADLINE_MS;
-    while (kill(gpid, 0) == 0 && mono_ms() < deadline)
+    int64_t deadline = util_mono_ms() + DEADLINE_MS;
+    while (kill(gpid, 0) == 0 && util_mono_ms() < deadline)
         assert_true(reactor_run_once(f->r, 20) >= 0);
     assert_int_equal(kill(gpid, 0), -1);
     assert_int_equal(errno, ESRCH);
@@ -1046,14 +1046,14 @@ static void test_subreaper_reaps_orphan(void **state)
     spawn_opts(f, &o, &rc);
     assert_true(run_until_int(f, &rc.exits, 1, DEADLINE_MS));
     int orphan = 0;
-    assert_int_equal(parse_int(rc.last, 1, INT32_MAX, &orphan), 0);
+    assert_int_equal(util_parse_int(rc.last, 1, INT32_MAX, &orphan), 0);
     pid_t ppid = 0;
     char st = pid_state(orphan, &ppid, NULL, NULL);
     assert_true(st != 0);
     assert_int_equal(ppid, getpid()); /* reparented to us */
     int before = f->orphans_reaped;
-    int64_t deadline = mono_ms() + DEADLINE_MS;
-    while (pid_state(orphan, NULL, NULL, NULL) != 0 && mono_ms() < deadline)
+    int64_t deadline = util_mono_ms() + DEADLINE_MS;
+    while (pid_state(orphan, NULL, NULL, NULL) != 0 && util_mono_ms() < deadline)
         assert_true(reactor_run_once(f->r, 20) >= 0);
     assert_int_equal(pid_state(orphan, NULL, NULL, NULL), 0); /* no zombie left */
     assert_true(f->orphans_reaped > before);
@@ -1062,8 +1062,8 @@ static void test_subreaper_reaps_orphan(void **state)
      * its own exit path reports the real status. */
     struct rec rt = {0};
     struct proc *pt = spawn_sh(f, "exit 7", &rt);
-    deadline = mono_ms() + DEADLINE_MS;
-    while (pid_state(proc_pid(pt), NULL, NULL, NULL) != 'Z' && mono_ms() < deadline) {
+    deadline = util_mono_ms() + DEADLINE_MS;
+    while (pid_state(proc_pid(pt), NULL, NULL, NULL) != 'Z' && util_mono_ms() < deadline) {
         struct timespec ts = {0, 2000000};
         nanosleep(&ts, NULL);
     }

@@ -30,8 +30,8 @@ static void sleep_ms(int ms)
 /* Run iterations until *flag or the deadline; returns whether flag became true. */
 static bool run_until(struct reactor *r, const bool *flag, int64_t timeout_ms)
 {
-    int64_t deadline = mono_ms() + timeout_ms;
-    while (!*flag && mono_ms() < deadline)
+    int64_t deadline = util_mono_ms() + timeout_ms;
+    while (!*flag && util_mono_ms() < deadline)
         assert_true(reactor_run_once(r, 20) >= 0);
     return *flag;
 }
@@ -218,14 +218,14 @@ static void test_timer_order_oneshot(void **state)
         reactor_timer_start(r, &t[i].t, delays[i], 0);
         assert_true(reactor_timer_active(&t[i].t));
     }
-    int64_t start = mono_ms();
-    while (ord.n < 3 && mono_ms() - start < DEADLINE_MS)
+    int64_t start = util_mono_ms();
+    while (ord.n < 3 && util_mono_ms() - start < DEADLINE_MS)
         assert_true(reactor_run_once(r, 100) >= 0);
     assert_int_equal(ord.n, 3);
     assert_int_equal(ord.seq[0], 1);
     assert_int_equal(ord.seq[1], 2);
     assert_int_equal(ord.seq[2], 0);
-    assert_true(mono_ms() - start >= 55);
+    assert_true(util_mono_ms() - start >= 55);
     /* One-shot: inactive after firing, and never fires again. */
     for (int i = 0; i < 3; i++)
         assert_false(reactor_timer_active(&t[i].t));
@@ -242,12 +242,12 @@ static void test_timer_periodic_and_stop(void **state)
     struct order ord = {0};
     struct tagged per = {.ord = &ord, .tag = 7};
     reactor_timer_init(&per.t, tagged_cb, &per);
-    int64_t start = mono_ms();
+    int64_t start = util_mono_ms();
     reactor_timer_start(r, &per.t, 10, 10);
-    while (per.fired < 5 && mono_ms() - start < DEADLINE_MS)
+    while (per.fired < 5 && util_mono_ms() - start < DEADLINE_MS)
         assert_true(reactor_run_once(r, 100) >= 0);
     assert_int_equal(per.fired, 5);
-    assert_true(mono_ms() - start >= 45);
+    assert_true(util_mono_ms() - start >= 45);
     assert_true(reactor_timer_active(&per.t)); /* periodic stays armed */
     reactor_timer_stop(r, &per.t);
     reactor_timer_stop(r, &per.t); /* idempotent */
@@ -270,24 +270,24 @@ static void test_timer_restart(void **state)
     struct order ord = {0};
     struct tagged t = {.ord = &ord, .tag = 1};
     reactor_timer_init(&t.t, tagged_cb, &t);
-    int64_t start = mono_ms();
+    int64_t start = util_mono_ms();
     reactor_timer_start(r, &t.t, 20, 0);
     reactor_timer_start(r, &t.t, 150, 0); /* reschedules, does not add a second expiry */
-    while (t.fired == 0 && mono_ms() - start < DEADLINE_MS)
+    while (t.fired == 0 && util_mono_ms() - start < DEADLINE_MS)
         assert_true(reactor_run_once(r, 100) >= 0);
     assert_int_equal(t.fired, 1);
-    assert_true(mono_ms() - start >= 145);
+    assert_true(util_mono_ms() - start >= 145);
     assert_true(reactor_run_once(r, 50) >= 0);
     assert_int_equal(t.fired, 1);
 
     /* Restart to an earlier time. */
-    start = mono_ms();
+    start = util_mono_ms();
     reactor_timer_start(r, &t.t, 1000, 0);
     reactor_timer_start(r, &t.t, 10, 0);
-    while (t.fired == 1 && mono_ms() - start < DEADLINE_MS)
+    while (t.fired == 1 && util_mono_ms() - start < DEADLINE_MS)
         assert_true(reactor_run_once(r, 100) >= 0);
     assert_int_equal(t.fired, 2);
-    assert_true(mono_ms() - start < 900);
+    assert_true(util_mono_ms() - start < 900);
 }
 
 struct selfstop {
@@ -322,8 +322,8 @@ static void test_timer_stop_from_own_callback(void **state)
     struct selfstop s = {.stop_after = 3};
     reactor_timer_init(&s.t, selfstop_cb, &s);
     reactor_timer_start(r, &s.t, 5, 5);
-    int64_t deadline = mono_ms() + DEADLINE_MS;
-    while (reactor_timer_active(&s.t) && mono_ms() < deadline)
+    int64_t deadline = util_mono_ms() + DEADLINE_MS;
+    while (reactor_timer_active(&s.t) && util_mono_ms() < deadline)
         assert_true(reactor_run_once(r, 50) >= 0);
     assert_false(reactor_timer_active(&s.t));
     assert_int_equal(s.fired, 3);
@@ -351,12 +351,12 @@ static void test_timer_restart_zero_from_callback(void **state)
     struct selfstop s = {.restart_zero = true};
     reactor_timer_init(&s.t, selfstop_cb, &s);
     reactor_timer_start(r, &s.t, 0, 0);
-    int64_t t0 = mono_ms();
+    int64_t t0 = util_mono_ms();
     for (int i = 1; i <= 50; i++) {
         assert_true(reactor_run_once(r, 1000) >= 0);
         assert_int_equal(s.fired, i);
     }
-    assert_true(mono_ms() - t0 < 500); /* 50 iterations, none waited for the timeout */
+    assert_true(util_mono_ms() - t0 < 500); /* 50 iterations, none waited for the timeout */
     assert_true(reactor_timer_active(&s.t)); /* still rescheduling itself */
     reactor_timer_stop(r, &s.t);
     assert_int_equal(reactor_run_once(r, 20), 0);
@@ -409,11 +409,11 @@ static void test_timer_bounds_wait(void **state)
     struct order ord = {0};
     struct tagged t = {.ord = &ord, .tag = 1};
     reactor_timer_init(&t.t, tagged_cb, &t);
-    int64_t t0 = mono_ms();
+    int64_t t0 = util_mono_ms();
     reactor_timer_start(r, &t.t, 40, 0);
-    while (t.fired == 0 && mono_ms() - t0 < DEADLINE_MS)
+    while (t.fired == 0 && util_mono_ms() - t0 < DEADLINE_MS)
         assert_true(reactor_run_once(r, 5000) >= 0);
-    int64_t el = mono_ms() - t0;
+    int64_t el = util_mono_ms() - t0;
     assert_int_equal(t.fired, 1);
     assert_true(el >= 40);
     assert_true(el < 2000);
@@ -480,9 +480,9 @@ static void test_deferred_same_iteration(void **state)
      * not wait for I/O. */
     reactor_defer(r, &t.d);
     reactor_defer(r, &t.d);
-    int64_t t0 = mono_ms();
+    int64_t t0 = util_mono_ms();
     assert_int_equal(reactor_run_once(r, 2000), 0);
-    assert_true(mono_ms() - t0 < 1000);
+    assert_true(util_mono_ms() - t0 < 1000);
     assert_int_equal(t.runs, 2);
     assert_int_equal(reactor_run_once(r, 20), 0);
     assert_int_equal(t.runs, 2);
@@ -625,7 +625,7 @@ static void test_many_timers(void **state)
     int64_t last_due = 0;
     int violations = 0, total = 0;
     srand(12345);
-    int64_t base = mono_ms();
+    int64_t base = util_mono_ms();
     for (int i = 0; i < MANY; i++) {
         ms[i].last_due = &last_due;
         ms[i].order_violations = &violations;
@@ -642,7 +642,7 @@ static void test_many_timers(void **state)
         stopped++;
     }
     int64_t deadline = base + DEADLINE_MS;
-    while (total < MANY - stopped && mono_ms() < deadline)
+    while (total < MANY - stopped && util_mono_ms() < deadline)
         assert_true(reactor_run_once(r, 50) >= 0);
     assert_int_equal(total, MANY - stopped);
     assert_int_equal(violations, 0);
@@ -658,14 +658,14 @@ static void test_many_timers(void **state)
 static void test_run_once_timeout(void **state)
 {
     struct reactor *r = *state;
-    int64_t t0 = mono_ms();
+    int64_t t0 = util_mono_ms();
     assert_int_equal(reactor_run_once(r, 60), 0);
-    int64_t el = mono_ms() - t0;
+    int64_t el = util_mono_ms() - t0;
     assert_true(el >= 55);
     assert_true(el < 2000);
-    t0 = mono_ms();
+    t0 = util_mono_ms();
     assert_int_equal(reactor_run_once(r, 0), 0);
-    assert_true(mono_ms() - t0 < 50);
+    assert_true(util_mono_ms() - t0 < 50);
 }
 
 /* ---- inbox and stop from other threads ----------------------------------------- */
@@ -723,8 +723,8 @@ static void test_post_from_thread(void **state)
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, poster, &c), 0);
     pthread_join(th, NULL);
-    int64_t deadline = mono_ms() + DEADLINE_MS;
-    while (c.ran < NPOST && mono_ms() < deadline)
+    int64_t deadline = util_mono_ms() + DEADLINE_MS;
+    while (c.ran < NPOST && util_mono_ms() < deadline)
         assert_true(reactor_run_once(r, 50) >= 0);
     assert_int_equal(c.ran, NPOST);
     assert_true(c.in_order);
@@ -776,12 +776,12 @@ static void test_stop_from_thread(void **state)
     reactor_timer_start(r, &wd, DEADLINE_MS, 0);
     struct stopper s = {.r = r, .delay_ms = 50};
     pthread_t th;
-    int64_t t0 = mono_ms();
+    int64_t t0 = util_mono_ms();
     assert_int_equal(pthread_create(&th, NULL, stopper_thread, &s), 0);
     assert_int_equal(reactor_run(r), 0);
     pthread_join(th, NULL);
     assert_false(watchdog);
-    assert_true(mono_ms() - t0 >= 45);
+    assert_true(util_mono_ms() - t0 >= 45);
 
     /* The loop can run again after a stop. */
     s.delay_ms = 20;

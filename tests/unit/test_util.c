@@ -61,7 +61,7 @@ static void test_parse_i64(void **state)
         const struct i64_case *c = &cases[i];
         int64_t out = 4242;
         print_message("i64 case %zu: %s\n", i, c->s ? c->s : "(null)");
-        assert_int_equal(parse_i64(c->s, c->min, c->max, &out), c->rc);
+        assert_int_equal(util_parse_i64(c->s, c->min, c->max, &out), c->rc);
         assert_true(out == (c->rc == 0 ? c->want : 4242)); /* untouched on error */
     }
 }
@@ -86,7 +86,7 @@ static void test_parse_int(void **state)
     for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
         int out = 4242;
         print_message("int case %zu: %s\n", i, cases[i].s);
-        assert_int_equal(parse_int(cases[i].s, cases[i].min, cases[i].max, &out), cases[i].rc);
+        assert_int_equal(util_parse_int(cases[i].s, cases[i].min, cases[i].max, &out), cases[i].rc);
         assert_int_equal(out, cases[i].rc == 0 ? cases[i].want : 4242);
     }
 }
@@ -128,7 +128,7 @@ static void test_parse_double(void **state)
     for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
         double out = 42.0;
         print_message("double case %zu: %s\n", i, cases[i].s ? cases[i].s : "(null)");
-        assert_int_equal(parse_double(cases[i].s, cases[i].min, cases[i].max, &out), cases[i].rc);
+        assert_int_equal(util_parse_double(cases[i].s, cases[i].min, cases[i].max, &out), cases[i].rc);
         assert_true(out == (cases[i].rc == 0 ? cases[i].want : 42.0));
     }
 }
@@ -154,7 +154,7 @@ static void test_secret_equal(void **state)
     };
     for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
         print_message("secret case %zu\n", i);
-        assert_int_equal(secret_equal(cases[i].a, cases[i].b), cases[i].eq);
+        assert_int_equal(util_secret_equal(cases[i].a, cases[i].b), cases[i].eq);
     }
 }
 
@@ -191,10 +191,10 @@ static void test_xasprintf_and_dup(void **state)
 static void test_clocks(void **state)
 {
     (void)state;
-    int64_t a = mono_ms(), b = mono_ms();
+    int64_t a = util_mono_ms(), b = util_mono_ms();
     assert_true(b >= a);
-    assert_true(mono_us() / 1000 >= a);
-    int64_t w = wall_ms();
+    assert_true(util_mono_us() / 1000 >= a);
+    int64_t w = util_wall_ms();
     assert_true(w > 1600000000000LL); /* after 2020 */
     assert_true(llabs(w / 1000 - (int64_t)time(NULL)) <= 2);
 }
@@ -220,12 +220,12 @@ static void test_wall_iso8601(void **state)
         char buf[40];
         memset(buf, 'Z', sizeof(buf));
         print_message("iso case %zu\n", i);
-        wall_iso8601(cases[i].ms, buf, sizeof(buf));
+        util_wall_iso8601(cases[i].ms, buf, sizeof(buf));
         assert_string_equal(buf, cases[i].want);
     }
     /* The live clock renders in the same shape. */
     char buf[32];
-    wall_iso8601(wall_ms(), buf, sizeof(buf));
+    util_wall_iso8601(util_wall_ms(), buf, sizeof(buf));
     assert_int_equal(strlen(buf), 24);
     assert_int_equal(buf[4], '-');
     assert_int_equal(buf[10], 'T');
@@ -234,7 +234,7 @@ static void test_wall_iso8601(void **state)
     /* A short buffer is truncated, never overrun. */
     char tiny[8];
     memset(tiny, 'x', sizeof(tiny));
-    wall_iso8601(0, tiny, sizeof(tiny));
+    util_wall_iso8601(0, tiny, sizeof(tiny));
     assert_string_equal(tiny, "1970-01");
 }
 
@@ -280,10 +280,10 @@ static void test_read_file(void **state)
     (void)state;
     char *path = xasprintf("%s/r.txt", tmpdir);
     static const char text[] = "hello\0world"; /* binary-safe */
-    assert_int_equal(write_file_atomic(path, text, sizeof(text) - 1, 0600), 0);
+    assert_int_equal(util_write_file_atomic(path, text, sizeof(text) - 1, 0600), 0);
 
     size_t len = 0;
-    char *data = read_file(path, 100, &len);
+    char *data = util_read_file(path, 100, &len);
     assert_non_null(data);
     assert_int_equal(len, sizeof(text) - 1);
     assert_memory_equal(data, text, len);
@@ -291,11 +291,11 @@ static void test_read_file(void **state)
     free(data);
 
     /* Exactly at the cap is fine, one byte under is EFBIG. */
-    data = read_file(path, sizeof(text) - 1, NULL);
+    data = util_read_file(path, sizeof(text) - 1, NULL);
     assert_non_null(data);
     free(data);
     errno = 0;
-    assert_null(read_file(path, sizeof(text) - 2, &len));
+    assert_null(util_read_file(path, sizeof(text) - 2, &len));
     assert_int_equal(errno, EFBIG);
 
     /* Larger than the first read chunk. */
@@ -303,20 +303,20 @@ static void test_read_file(void **state)
     char *blob = xmalloc(big);
     for (size_t i = 0; i < big; i++)
         blob[i] = (char)('a' + i % 26);
-    assert_int_equal(write_file_atomic(path, blob, big, 0600), 0);
-    data = read_file(path, big, &len);
+    assert_int_equal(util_write_file_atomic(path, blob, big, 0600), 0);
+    data = util_read_file(path, big, &len);
     assert_non_null(data);
     assert_int_equal(len, big);
     assert_memory_equal(data, blob, big);
     free(data);
     errno = 0;
-    assert_null(read_file(path, big - 1, NULL));
+    assert_null(util_read_file(path, big - 1, NULL));
     assert_int_equal(errno, EFBIG);
     free(blob);
 
     /* Empty file. */
-    assert_int_equal(write_file_atomic(path, "", 0, 0600), 0);
-    data = read_file(path, 0, &len);
+    assert_int_equal(util_write_file_atomic(path, "", 0, 0600), 0);
+    data = util_read_file(path, 0, &len);
     assert_non_null(data);
     assert_int_equal(len, 0);
     assert_string_equal(data, "");
@@ -324,11 +324,11 @@ static void test_read_file(void **state)
 
     errno = 0;
     char *missing = xasprintf("%s/missing", tmpdir);
-    assert_null(read_file(missing, 100, NULL));
+    assert_null(util_read_file(missing, 100, NULL));
     assert_int_equal(errno, ENOENT);
     free(missing);
     errno = 0;
-    assert_null(read_file(tmpdir, 100, NULL));
+    assert_null(util_read_file(tmpdir, 100, NULL));
     assert_int_equal(errno, EISDIR);
     assert_int_equal(unlink(path), 0);
     free(path);
@@ -338,7 +338,7 @@ static void test_write_file_atomic(void **state)
 {
     (void)state;
     char *path = xasprintf("%s/state.json", tmpdir);
-    assert_int_equal(write_file_atomic(path, "first version\n", 14, 0640), 0);
+    assert_int_equal(util_write_file_atomic(path, "first version\n", 14, 0640), 0);
     /* Keep the old inode open: a replace-by-rename leaves it intact. */
     int fd = open(path, O_RDONLY);
     assert_true(fd >= 0);
@@ -348,7 +348,7 @@ static void test_write_file_atomic(void **state)
     umask(um);
     assert_int_equal(before.st_mode & 0777, 0640 & ~um);
 
-    assert_int_equal(write_file_atomic(path, "second", 6, 0600), 0);
+    assert_int_equal(util_write_file_atomic(path, "second", 6, 0600), 0);
     assert_int_equal(stat(path, &after), 0);
     assert_true(after.st_ino != before.st_ino);
     assert_int_equal(after.st_mode & 0777, 0600 & ~um);
@@ -358,7 +358,7 @@ static void test_write_file_atomic(void **state)
     close(fd);
 
     size_t len;
-    char *data = read_file(path, 100, &len);
+    char *data = util_read_file(path, 100, &len);
     assert_non_null(data);
     assert_string_equal(data, "second");
     free(data);
@@ -366,14 +366,14 @@ static void test_write_file_atomic(void **state)
 
     /* Failure (directory missing) leaves nothing behind and returns -errno. */
     char *bad = xasprintf("%s/no/such/dir", tmpdir);
-    assert_int_equal(write_file_atomic(bad, "x", 1, 0600), -ENOENT);
+    assert_int_equal(util_write_file_atomic(bad, "x", 1, 0600), -ENOENT);
     free(bad);
     /* Renaming over a directory fails: the temp file is removed, the target kept. */
     char *dirpath = xasprintf("%s/adir", tmpdir);
     assert_int_equal(mkdir(dirpath, 0700), 0);
     char *inner = xasprintf("%s/keep", dirpath);
-    assert_int_equal(write_file_atomic(inner, "k", 1, 0600), 0);
-    assert_true(write_file_atomic(dirpath, "x", 1, 0600) < 0);
+    assert_int_equal(util_write_file_atomic(inner, "k", 1, 0600), 0);
+    assert_true(util_write_file_atomic(dirpath, "x", 1, 0600) < 0);
     assert_int_equal(unlink(inner), 0);
     assert_int_equal(rmdir(dirpath), 0);
     assert_int_equal(count_other_files("state.json"), 0);
@@ -397,7 +397,7 @@ static void *writer(void *p)
     char *buf = xmalloc(WRITE_SIZE);
     memset(buf, a->fill, WRITE_SIZE);
     for (int i = 0; i < 20; i++)
-        if (write_file_atomic(a->path, buf, WRITE_SIZE, 0600) != 0)
+        if (util_write_file_atomic(a->path, buf, WRITE_SIZE, 0600) != 0)
             break;
     free(buf);
     return NULL;
@@ -417,7 +417,7 @@ static void test_write_file_atomic_threads(void **state)
     for (int i = 0; i < 4; i++)
         pthread_join(th[i], NULL);
     size_t len;
-    char *data = read_file(path, WRITE_SIZE * 2, &len);
+    char *data = util_read_file(path, WRITE_SIZE * 2, &len);
     assert_non_null(data);
     assert_int_equal(len, WRITE_SIZE);
     for (size_t i = 1; i < len; i++)
@@ -434,13 +434,13 @@ static void test_write_all(void **state)
     (void)state;
     int p[2];
     assert_int_equal(pipe(p), 0);
-    assert_int_equal(write_all(p[1], "abc", 3), 0);
+    assert_int_equal(util_write_all(p[1], "abc", 3), 0);
     char buf[4] = {0};
     assert_int_equal(read(p[0], buf, 3), 3);
     assert_string_equal(buf, "abc");
     close(p[0]);
     close(p[1]);
-    assert_int_equal(write_all(-1, "x", 1), -EBADF);
+    assert_int_equal(util_write_all(-1, "x", 1), -EBADF);
 }
 
 static void test_fmt_numbers(void **state)
@@ -450,11 +450,11 @@ static void test_fmt_numbers(void **state)
     const uint64_t vals[] = {0, 7, 10, 255, 4096, 1234567890123ULL, UINT64_MAX};
     for (size_t i = 0; i < sizeof(vals) / sizeof(vals[0]); i++) {
         char want[32];
-        size_t n = fmt_u64(b, vals[i]);
+        size_t n = util_fmt_u64(b, vals[i]);
         snprintf(want, sizeof(want), "%llu", (unsigned long long)vals[i]);
         assert_int_equal(n, strlen(want));
         assert_memory_equal(b, want, n);
-        n = fmt_hex64(b, vals[i]);
+        n = util_fmt_hex64(b, vals[i]);
         snprintf(want, sizeof(want), "%llx", (unsigned long long)vals[i]);
         assert_int_equal(n, strlen(want));
         assert_memory_equal(b, want, n);

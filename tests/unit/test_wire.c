@@ -933,7 +933,7 @@ static void test_ranktable_write(void **state)
     assert_int_equal(wire_ranktable_parse(j, &rt, &err), 0);
     assert_int_equal(wire_ranktable_write_file(&rt, path), 0);
     size_t len;
-    char *text = read_file(path, 1 << 20, &len);
+    char *text = util_read_file(path, 1 << 20, &len);
     assert_non_null(text);
     /* 2-space indent, non-ASCII kept as UTF-8, null omitted, trailing newline */
     assert_string_equal(text, "{\n"
@@ -984,12 +984,12 @@ static void test_ranktable_write(void **state)
     assert_string_equal(err.msg, want);
     free(want);
     char *bad = xasprintf("%s/bad.json", dir);
-    assert_int_equal(write_file_atomic(bad, "{\"server_list\": 1}", 18, 0644), 0);
+    assert_int_equal(util_write_file_atomic(bad, "{\"server_list\": 1}", 18, 0644), 0);
     assert_int_equal(wire_ranktable_load_file(bad, &back, &err), -EINVAL);
     want = xasprintf("%s: server_list: must be an array, got an integer", bad);
     assert_string_equal(err.msg, want);
     free(want);
-    assert_int_equal(write_file_atomic(bad, "{", 1, 0644), 0);
+    assert_int_equal(util_write_file_atomic(bad, "{", 1, 0644), 0);
     assert_int_equal(wire_ranktable_load_file(bad, &back, &err), -EINVAL);
     assert_non_null(strstr(err.msg, "line 1"));
     /* writing into a missing directory fails cleanly */
