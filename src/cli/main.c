@@ -1,6 +1,11 @@
 /* motor — one binary, many roles. Thin dispatch only: every subcommand lives in its
  * own module and is reached through the table below. */
 #include "cli/commands.h"
+#include "controller/controller.h"
+#include "coordinator/coordinator.h"
+#include "nodemgr/nodemgr.h"
+#include "pool/pool.h"
+#include "sim/sim.h"
 
 #include <signal.h>
 #include <stdio.h>

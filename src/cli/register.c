@@ -1,11 +1,11 @@
 /* motor register — see register.h. */
 #include "cli/register.h"
 
+#include "common/cfg.h"
 #include "common/httpc.h"
 #include "common/reactor.h"
 #include "common/strbuf.h"
 #include "common/util.h"
-#include "coordinator/coord_config.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -862,7 +862,7 @@ int register_main(int argc, char **argv)
             }
             break;
         case 'k': {
-            int krc = ccfg_read_secret(optarg, &o.key);
+            int krc = cfg_read_secret(optarg, &o.key);
             if (krc < 0) {
                 fprintf(stderr, "motor register: cannot read --mgmt-api-key-file %s: %s\n", optarg,
                         krc == -EINVAL ? "empty" : strerror(-krc));

@@ -2,8 +2,7 @@
 #include "cli/up_plan.h"
 
 #include "common/util.h"
-#include "coordinator/pdreq.h"
-#include "nodemgr/nm_config.h"
+#include "nodemgr/nodemgr.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -119,23 +118,18 @@ static void copy_errors(struct cfg_errors *dst, const char *prefix, const struct
 }
 
 /* Load the node manager's view of one pod through its own loader. */
-static struct nm_config *nm_view(json_t *cfg, enum wire_role role, int index, const char *job,
-                                 const struct up_plan_opts *o, struct cfg_errors *tmp)
+static int nm_view(json_t *cfg, enum wire_role role, int index, const char *job,
+                   const struct up_plan_opts *o, struct nodemgr_pod_view *v,
+                   struct cfg_errors *tmp)
 {
-    char role_kv[32], index_kv[32], pod_ip[32] = "POD_IP=" LOCAL_HOST;
-    snprintf(role_kv, sizeof(role_kv), "ROLE=%s", up_role_name(role));
-    snprintf(index_kv, sizeof(index_kv), "INDEX=%d", index);
-    char *job_kv = xasprintf("JOB_NAME=%s", job);
-    char *env[] = {role_kv, index_kv, pod_ip, job_kv, NULL};
-    struct nm_config_opts no = {
+    struct nodemgr_pod_query q = {
         .role = up_role_name(role),
-        .env = nm_env_from_array,
-        .env_ud = env,
-        .motor_bin = o->motor_bin ? o->motor_bin : "motor",
+        .index = index,
+        .job_name = job,
+        .pod_ip = LOCAL_HOST,
+        .motor_bin = o->motor_bin,
     };
-    struct nm_config *c = nm_config_from_json(cfg, &no, tmp);
-    free(job_kv);
-    return c;
+    return nodemgr_pod_view(cfg, &q, v, tmp);
 }
 
 static void push_unique(struct wire_strlist *l, const char *s)
@@ -543,27 +537,26 @@ int up_plan_check_free(const struct up_plan *p, struct cfg_errors *e)
     return rc;
 }
 
-static void fill_pod(struct up_pod *d, const struct nm_config *c)
+static void fill_pod(struct up_pod *d, const struct nodemgr_pod_view *c)
 {
-    d->nm_port = c->node_manager_port;
+    d->nm_port = c->nm_port;
     d->endpoint_num = c->endpoint_num;
     d->ports = xcalloc((size_t)(c->endpoint_num ? c->endpoint_num : 1), sizeof(int));
     for (int k = 0; k < c->endpoint_num; k++)
         d->ports[k] = c->service_ports[k];
-    d->dp_size = c->parallel.dp_size;
+    d->dp_size = c->dp_size;
     d->dp_rpc_port = c->dp_rpc_port;
     d->dp_master_port = c->dp_master_port;
-    if (c->sc.kv_port > 0 && c->engine_type != NM_ENGINE_SGLANG) {
-        d->kv_port = c->sc.kv_port;
-        d->kv_span = c->parallel.world_size > 0 ? c->parallel.world_size : 1;
+    if (c->kv_port > 0) {
+        d->kv_port = c->kv_port;
+        d->kv_span = c->world_size;
     }
     /* SGLang's prefill engine serves the bootstrap, on its default port when unset. */
-    if (c->engine_type == NM_ENGINE_SGLANG && c->role == WIRE_ROLE_PREFILL)
-        d->bootstrap_port =
-            c->bootstrap_port ? c->bootstrap_port : PDREQ_SGLANG_DEFAULT_BOOTSTRAP_PORT;
-    d->g = c->sc.global_index;
-    d->engine_type = xstrdup(nm_engine_type_str(c->engine_type));
-    d->model = xstrdup(c->model_name ? c->model_name : "");
+    if (c->sglang && c->prefill)
+        d->bootstrap_port = c->bootstrap_port ? c->bootstrap_port : WIRE_SGLANG_BOOTSTRAP_PORT;
+    d->g = c->global_index;
+    d->engine_type = xstrdup(c->engine_type);
+    d->model = xstrdup(c->model_name);
 }
 
 int up_plan_build(const json_t *user, const struct up_plan_opts *o, struct up_plan *p,
@@ -660,18 +653,18 @@ int up_plan_build(const json_t *user, const struct up_plan_opts *o, struct up_pl
         struct cfg_errors tmp;
         cfg_errors_init(&tmp, "");
         int idx = roles[i].role == WIRE_ROLE_DECODE ? ri[i].g_start - p_num : ri[i].g_start;
-        struct nm_config *c = nm_view(p->config, roles[i].role, idx, "probe", o, &tmp);
-        if (!c)
+        struct nodemgr_pod_view c;
+        if (nm_view(p->config, roles[i].role, idx, "probe", o, &c, &tmp) < 0)
             copy_errors(e, up_role_name(roles[i].role), &tmp);
         else {
-            ri[i].dp = c->parallel.dp_size;
-            ri[i].world = c->parallel.world_size > 0 ? c->parallel.world_size : 1;
-            ri[i].sglang = c->engine_type == NM_ENGINE_SGLANG;
-            ri[i].dp_master = c->parallel.dp_size > 1 || c->ft.enable_dp_scale_down_proxy;
-            ri[i].kv = !ri[i].sglang && c->sc.kv_port > 0;
-            ri[i].bootstrap = c->bootstrap_port > 0;
+            ri[i].dp = c.dp_size;
+            ri[i].world = c.world_size;
+            ri[i].sglang = c.sglang;
+            ri[i].dp_master = c.dp_size > 1 || c.dp_scale_down_proxy;
+            ri[i].kv = c.kv_port > 0;
+            ri[i].bootstrap = c.bootstrap_port > 0;
         }
-        nm_config_free(c);
+        nodemgr_pod_view_release(&c);
         cfg_errors_release(&tmp);
     }
     if (cfg_errors_count(e) > start_errors)
@@ -706,15 +699,15 @@ int up_plan_build(const json_t *user, const struct up_plan_opts *o, struct up_pl
                 d->index = roles[i].role == WIRE_ROLE_DECODE ? gi - p_num : gi;
                 struct cfg_errors tmp;
                 cfg_errors_init(&tmp, "");
-                struct nm_config *c = nm_view(p->config, d->role, d->index, d->job_name, o, &tmp);
-                if (!c) {
+                struct nodemgr_pod_view c;
+                if (nm_view(p->config, d->role, d->index, d->job_name, o, &c, &tmp) < 0) {
                     copy_errors(e, d->name, &tmp);
                 } else {
-                    fill_pod(d, c);
-                    for (size_t w = 0; w < c->warnings.n; w++)
-                        push_unique(&p->warnings, c->warnings.items[w]);
+                    fill_pod(d, &c);
+                    for (size_t w = 0; w < c.warnings.n; w++)
+                        push_unique(&p->warnings, c.warnings.items[w]);
                 }
-                nm_config_free(c);
+                nodemgr_pod_view_release(&c);
                 cfg_errors_release(&tmp);
             }
         }

@@ -451,3 +451,23 @@ json_t *cfg_load_file(const char *path, struct cfg_errors *e)
     cfg_errors_release(&sub);
     return root;
 }
+
+int cfg_read_secret(const char *path, char **out)
+{
+    size_t len = 0;
+    char *text = util_read_file(path, CFG_SECRET_MAX, &len);
+    if (!text)
+        return -errno;
+    size_t n = strcspn(text, "\r\n");
+    while (n > 0 && (text[n - 1] == ' ' || text[n - 1] == '\t'))
+        n--;
+    int rc = 0;
+    if (n == 0)
+        rc = -EINVAL;
+    else
+        *out = xstrndup(text, n);
+    /* The file held a secret: do not leave it in freed heap memory. */
+    explicit_bzero(text, len);
+    free(text);
+    return rc;
+}

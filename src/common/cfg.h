@@ -67,4 +67,11 @@ const char *cfg_get_enum(json_t *obj, const char *path, const char *def,
 json_t *cfg_get_object(json_t *obj, const char *path, struct cfg_errors *e);
 json_t *cfg_get_array(json_t *obj, const char *path, struct cfg_errors *e);
 
+/* Secret files (API keys, key passwords): at most this many bytes are read. */
+#define CFG_SECRET_MAX 4096
+/* Read a secret from a file: its first line, trailing blanks dropped. 0 with *out a
+ * fresh string; -errno when unreadable, -EINVAL when empty, -EFBIG above
+ * CFG_SECRET_MAX. The file's bytes are wiped from freed memory. */
+int cfg_read_secret(const char *path, char **out);
+
 #endif

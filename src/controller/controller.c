@@ -5,7 +5,7 @@
 #include "controller/ctl_internal.h"
 #include "controller/ctl_obs.h"
 
-#include "cli/commands.h"
+#include "controller/controller.h"
 #include "common/cliopt.h"
 #include "common/log.h"
 #include "common/strbuf.h"

@@ -8,7 +8,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define CTLCFG_SECRET_MAX 4096
 
 static const char *env_or(const char *name, const char *def)
 {
@@ -135,25 +134,6 @@ static void set_str(char **dst, const char *v)
     *dst = xstrdup(v);
 }
 
-static int read_secret(const char *path, char **out)
-{
-    size_t len = 0;
-    char *text = util_read_file(path, CTLCFG_SECRET_MAX, &len);
-    if (!text)
-        return -errno;
-    size_t n = strcspn(text, "\r\n");
-    while (n > 0 && (text[n - 1] == ' ' || text[n - 1] == '\t'))
-        n--;
-    int rc = 0;
-    if (n == 0)
-        rc = -EINVAL;
-    else
-        *out = xstrndup(text, n);
-    explicit_bzero(text, len);
-    free(text);
-    return rc;
-}
-
 /* The TLS keys of the block at path `at` of obj (missing block: nothing). */
 static void apply_tls(struct ctlcfg_tls *t, json_t *obj, const char *at, struct cfg_errors *e)
 {
@@ -169,7 +149,7 @@ static void apply_tls(struct ctlcfg_tls *t, json_t *obj, const char *at, struct 
 #undef TLS_KEY
     if (pw && *pw && access(pw, R_OK) == 0) {
         char *secret = NULL;
-        if (read_secret(pw, &secret) == 0) {
+        if (cfg_read_secret(pw, &secret) == 0) {
             free(t->key_password);
             t->key_password = secret;
         }
@@ -405,7 +385,7 @@ static void apply_coordinator(struct ctlcfg *c, json_t *coord, struct cfg_errors
     if (mk && cfg_get_bool(coord, "mgmt_api_key_config.enable_api_key", false, e)) {
         const char *f = cfg_get_string(coord, "mgmt_api_key_config.api_key_file", NULL, e);
         char *key = NULL;
-        int rc = f && *f ? read_secret(f, &key) : -ENOENT;
+        int rc = f && *f ? cfg_read_secret(f, &key) : -ENOENT;
         if (rc < 0)
             cfg_error(e, "mgmt_api_key_config.api_key_file", "cannot read a key from \"%s\": %s",
                       f ? f : "", strerror(-rc));

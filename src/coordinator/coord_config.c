@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CCFG_SECRET_MAX 4096
 
 void ccfg_init(struct ccfg *c)
 {
@@ -57,26 +56,6 @@ void ccfg_release(struct ccfg *c)
     memset(c, 0, sizeof(*c));
 }
 
-int ccfg_read_secret(const char *path, char **out)
-{
-    size_t len = 0;
-    char *text = util_read_file(path, CCFG_SECRET_MAX, &len);
-    if (!text)
-        return -errno;
-    size_t n = strcspn(text, "\r\n");
-    while (n > 0 && (text[n - 1] == ' ' || text[n - 1] == '\t'))
-        n--;
-    if (n == 0) {
-        free(text);
-        return -EINVAL;
-    }
-    *out = xstrndup(text, n);
-    /* The file held a secret: do not leave it in freed heap memory. */
-    explicit_bzero(text, len);
-    free(text);
-    return 0;
-}
-
 static void add_key(struct ccfg *c, const char *key)
 {
     c->api_keys = xrealloc(c->api_keys, (c->n_api_keys + 2) * sizeof(char *));
@@ -113,7 +92,7 @@ static void apply_tls(struct ccfg_tls *t, json_t *blk, const char *name, struct 
     t->key_file = xstrdup(key);
     t->ca_file = ca && *ca ? xstrdup(ca) : NULL;
     if (pw && *pw) {
-        int rc = ccfg_read_secret(pw, &t->key_password);
+        int rc = cfg_read_secret(pw, &t->key_password);
         if (rc < 0)
             cfg_error(e, "passwd_file", "cannot read %s: %s", pw, strerror(-rc));
     }
@@ -242,7 +221,7 @@ void ccfg_apply(struct ccfg *c, json_t *root, struct cfg_errors *e)
             cfg_error(e, "mgmt_api_key_config.api_key_file",
                       "required when enable_api_key is true");
         } else {
-            int rc = ccfg_read_secret(mf, &c->mgmt_key);
+            int rc = cfg_read_secret(mf, &c->mgmt_key);
             if (rc < 0)
                 cfg_error(e, "mgmt_api_key_config.api_key_file", "cannot read %s: %s", mf,
                           rc == -EINVAL ? "empty key" : strerror(-rc));

@@ -80,6 +80,5 @@ json_t *ccfg_to_json(const struct ccfg *c);
 
 /* Read a one-line secret file: the first line without trailing whitespace. Fails with
  * -ENOENT/-EACCES..., -EINVAL (empty), -EFBIG (> 4 KiB). *out is a heap string. */
-int ccfg_read_secret(const char *path, char **out);
 
 #endif

@@ -2,7 +2,7 @@
  * reactor on the main thread, N worker threads, metrics, graceful stop. */
 #include "coordinator/coord_internal.h"
 
-#include "cli/commands.h"
+#include "coordinator/coordinator.h"
 #include "common/cliopt.h"
 #include "common/log.h"
 #include "common/strbuf.h"

@@ -56,7 +56,7 @@ json_t *pdreq_sglang_leg(const json_t *orig, bool prefill, const char *bootstrap
     json_object_set_new(b, "bootstrap_host", json_string(bootstrap_host));
     json_object_set_new(
         b, "bootstrap_port",
-        json_integer(bootstrap_port > 0 ? bootstrap_port : PDREQ_SGLANG_DEFAULT_BOOTSTRAP_PORT));
+        json_integer(bootstrap_port > 0 ? bootstrap_port : WIRE_SGLANG_BOOTSTRAP_PORT));
     json_object_set_new(b, "bootstrap_room", json_integer((json_int_t)(room & INT64_MAX)));
     json_object_set_new(b, "rid", json_string(rid));
     if (prefill) {

@@ -18,13 +18,12 @@
 #ifndef MOTOR_PDREQ_H
 #define MOTOR_PDREQ_H
 
+#include "wire/wire.h"
+
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-/* Default SGLang disaggregation bootstrap port, used when an endpoint has none. */
-#define PDREQ_SGLANG_DEFAULT_BOOTSTRAP_PORT 8998
 
 /* New object (caller owns); orig is not modified. */
 json_t *pdreq_vllm_prefill(const json_t *orig, const char *request_id);

@@ -4,7 +4,7 @@
 #include "nodemgr/nm_internal.h"
 #include "nodemgr/nm_ports.h"
 
-#include "cli/commands.h"
+#include "nodemgr/nodemgr.h"
 #include "common/cliopt.h"
 #include "common/log.h"
 #include "common/util.h"

@@ -19,7 +19,7 @@
  * routes); invoke does not unless invoke_requires_key. Errors in the block are all
  * reported and stop the node manager from starting. */
 #include "nodemgr/nm_internal.h"
-#include "nodemgr/pool.h"
+#include "pool/pool.h"
 
 #include "common/cfg.h"
 #include "common/log.h"

@@ -1,7 +1,7 @@
 /* motor engine-sim — process lifecycle of the engine simulator: arguments, model
  * "loading", worker children, signals, and the faults that end or freeze the process.
  * The HTTP surface is in sim_engine.c. */
-#include "cli/commands.h"
+#include "sim/sim.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "sim/sim_internal.h"

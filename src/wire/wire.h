@@ -63,6 +63,10 @@ enum {
     WIRE_STRICT_ENDPOINT = 1u << 0,
 };
 
+/* SGLang's disaggregation bootstrap port when an endpoint or engine config names none
+ * (SGLang's own default; the prefill engine serves it, the decode leg is told it). */
+#define WIRE_SGLANG_BOOTSTRAP_PORT 8998
+
 /* ---- enums ------------------------------------------------------------------------ */
 
 /* PDRole. "both" is accepted on input as union; output is always the canonical name. */

@@ -8,7 +8,7 @@
  *     pool_lines_json (always valid JSON strings). */
 #include "common/cfg.h"
 #include "common/util.h"
-#include "nodemgr/pool_internal.h"
+#include "pool/pool_internal.h"
 
 #include <jansson.h>
 #include <stdint.h>

@@ -536,9 +536,41 @@ static void test_load_oversize(void **state)
     free(path);
 }
 
+static void test_read_secret(void **state)
+{
+    (void)state;
+    char *s = NULL;
+    assert_int_equal(cfg_read_secret("/nonexistent/x", &s), -ENOENT);
+    assert_null(s);
+    char p[] = "/tmp/cfgsecretXXXXXX";
+    int fd = mkstemp(p);
+    assert_int_equal(util_write_all(fd, "\n", 1), 0);
+    close(fd);
+    assert_int_equal(cfg_read_secret(p, &s), -EINVAL); /* empty first line */
+    /* The first line only, trailing blanks dropped, CRLF understood. */
+    fd = open(p, O_WRONLY | O_TRUNC);
+    assert_int_equal(util_write_all(fd, "s3cret \t\r\nsecond line\n", strlen("s3cret \t\r\nsecond line\n")), 0);
+    close(fd);
+    assert_int_equal(cfg_read_secret(p, &s), 0);
+    assert_string_equal(s, "s3cret");
+    free(s);
+    /* Above the cap: refused, nothing returned. */
+    char *big = malloc(CFG_SECRET_MAX + 2);
+    memset(big, 'k', CFG_SECRET_MAX + 1);
+    fd = open(p, O_WRONLY | O_TRUNC);
+    assert_int_equal(util_write_all(fd, big, CFG_SECRET_MAX + 1), 0);
+    close(fd);
+    free(big);
+    s = NULL;
+    assert_int_equal(cfg_read_secret(p, &s), -EFBIG);
+    assert_null(s);
+    unlink(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_read_secret),
         cmocka_unit_test(test_get_int),
         cmocka_unit_test(test_get_double),
         cmocka_unit_test(test_message_format),

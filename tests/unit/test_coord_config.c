@@ -128,26 +128,12 @@ static void test_errors_collected(void **state)
     json_decref(root);
 }
 
-static void test_secret_file(void **state)
-{
-    (void)state;
-    char *s = NULL;
-    assert_int_equal(ccfg_read_secret("/nonexistent/x", &s), -ENOENT);
-    char p[] = "/tmp/coordcfgXXXXXX";
-    int fd = mkstemp(p);
-    assert_int_equal(util_write_all(fd, "\n", 1), 0);
-    close(fd);
-    assert_int_equal(ccfg_read_secret(p, &s), -EINVAL);
-    unlink(p);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_keys),
         cmocka_unit_test(test_errors_collected),
-        cmocka_unit_test(test_secret_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

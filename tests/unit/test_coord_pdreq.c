@@ -123,7 +123,7 @@ static void test_sglang(void **state)
     assert_false(json_is_true(json_object_get(p, "stream")));
     assert_null(json_object_get(p, "stream_options"));
     assert_int_equal(json_integer_value(json_object_get(p, "bootstrap_port")),
-                     PDREQ_SGLANG_DEFAULT_BOOTSTRAP_PORT);
+                     WIRE_SGLANG_BOOTSTRAP_PORT);
     assert_true(json_is_true(json_object_get(d, "stream")));
     assert_non_null(json_object_get(d, "stream_options"));
     assert_int_equal(json_integer_value(json_object_get(d, "bootstrap_port")), 9000);

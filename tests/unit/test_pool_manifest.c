@@ -7,7 +7,7 @@
 #include <cmocka.h>
 
 #include "common/util.h"
-#include "nodemgr/pool_internal.h"
+#include "pool/pool_internal.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -12,7 +12,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
-#include "nodemgr/pool_internal.h"
+#include "pool/pool_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>

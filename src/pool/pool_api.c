@@ -12,7 +12,7 @@
  * answers garbage yields a failed result naming the cause; a longer JSON reply is
  * streamed through as it arrives. text/event-stream and NDJSON replies are streamed
  * from the first byte. Any other content type is a failed result. */
-#include "nodemgr/pool_internal.h"
+#include "pool/pool_internal.h"
 
 #include "common/log.h"
 #include "common/strbuf.h"

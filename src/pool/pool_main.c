@@ -1,7 +1,7 @@
 /* pool_main — `motor worker-pool`: the worker pool alone on its own HTTP server, for
  * operators who want on-demand workers without inference engines (and for tests). The
  * same pool runs inside `motor node-manager`. */
-#include "nodemgr/pool_internal.h"
+#include "pool/pool_internal.h"
 
 #include "common/cliopt.h"
 #include "common/log.h"

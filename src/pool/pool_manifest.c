@@ -1,6 +1,6 @@
 /* pool_manifest — worker manifests: validation that reports every problem at once, the
  * normalized JSON we store and show, and the seed's venv conveniences. */
-#include "nodemgr/pool_internal.h"
+#include "pool/pool_internal.h"
 
 #include "common/strbuf.h"
 #include "common/util.h"

@@ -6,7 +6,7 @@
  * nothing is written on the warm call path (an instance's call count and last use are
  * written with its next transition). A failed write is logged and the pool goes on:
  * records are for operators, they never decide what the pool does. */
-#include "nodemgr/pool_internal.h"
+#include "pool/pool_internal.h"
 
 #include "common/log.h"
 #include "common/util.h"

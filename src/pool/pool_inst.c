@@ -8,7 +8,7 @@
  * transitions table with its wall-clock time and cause. An instance in error keeps its
  * reason and the last POOL_TAIL_LINES lines of its stderr; its process, if any, is
  * stopped like any other and it keeps counting against max_instances until reaped. */
-#include "nodemgr/pool_internal.h"
+#include "pool/pool_internal.h"
 
 #include "common/log.h"
 #include "common/util.h"

@@ -16,7 +16,7 @@
  * The reaper only ever stops a READY instance with no call on it, and marks it STOPPING
  * before anything else happens; rule 2 takes READY instances only. Both run on the one
  * reactor thread, so no call can land on an instance being stopped. */
-#include "nodemgr/pool_internal.h"
+#include "pool/pool_internal.h"
 
 #include "common/log.h"
 #include "common/util.h"

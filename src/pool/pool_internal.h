@@ -19,7 +19,7 @@
 #include "common/proc.h"
 #include "common/reactor.h"
 #include "common/ring.h"
-#include "nodemgr/pool.h"
+#include "pool/pool.h"
 
 #include <jansson.h>
 #include <stdbool.h>
