@@ -6,6 +6,7 @@
 #include "common/reactor.h"
 #include "common/strbuf.h"
 #include "common/util.h"
+#include "wire/wire_refresh.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -301,35 +302,47 @@ static json_t *engine_models(const struct register_ep *ep, char *err, size_t cap
 
 /* ---- instances ------------------------------------------------------------------------ */
 
-static json_t *endpoints_json(const struct register_ep *eps, size_t n)
-{
-    json_t *root = json_object();
-    for (size_t i = 0; i < n; i++) {
-        json_t *m = json_object_get(root, eps[i].ip);
-        if (!m) {
-            m = json_object();
-            json_object_set_new(root, eps[i].ip, m);
-        }
-        char id[24], port[8];
-        snprintf(id, sizeof(id), "%zu", i);
-        snprintf(port, sizeof(port), "%d", eps[i].port);
-        json_object_set_new(m, id,
-                            json_pack("{s:I, s:s, s:s, s:s, s:b}", "id", (json_int_t)i, "ip",
-                                      eps[i].ip, "business_port", port, "status", "normal",
-                                      "headless", 0));
-    }
-    return root;
-}
-
+/* One instance of a group in the controller shape (wire_refresh.h): the endpoints are
+ * grouped by IP as a controller groups them by pod; ids are the positions in the group. */
 static json_t *group_instance(const struct reg_opts *o, const struct reg_group *g)
 {
-    json_t *in = json_pack("{s:I, s:s, s:s, s:s, s:s, s:s, s:b, s:o}", "id", (json_int_t)g->id,
-                           "role", g->role, "job_name", g->job, "model_name", o->model,
-                           "engine_type", o->engine, "status", "active", "enable_multi_endpoints",
-                           1, "endpoints", endpoints_json(g->eps, g->n));
+    struct wire_endpoint *eps = xcalloc(g->n + 1, sizeof(*eps));
+    char(*ports)[8] = xcalloc(g->n + 1, sizeof(*ports));
+    struct wire_refresh_pod *pods = xcalloc(g->n + 1, sizeof(*pods));
+    size_t n_pods = 0;
+    /* register_parse_group sorted the endpoints by ip: each pod is a run of them. */
+    for (size_t i = 0; i < g->n; i++) {
+        snprintf(ports[i], sizeof(ports[i]), "%d", g->eps[i].port);
+        eps[i] = (struct wire_endpoint){.id = (int64_t)i,
+                                        .ip = g->eps[i].ip,
+                                        .business_port = ports[i],
+                                        .status = WIRE_EP_NORMAL};
+        if (n_pods == 0 || strcmp(pods[n_pods - 1].pod_ip, g->eps[i].ip) != 0)
+            pods[n_pods++] = (struct wire_refresh_pod){.pod_ip = g->eps[i].ip, .eps = &eps[i]};
+        pods[n_pods - 1].n_eps++;
+    }
+    struct wire_strlist caps = {0};
     if (strcmp(o->engine, "vllm") == 0 && strcmp(g->role, "union") != 0)
-        json_object_set_new(in, "dispatch_capabilities",
-                            json_pack("[s]", "prefill_handoff_decode"));
+        wire_strlist_push(&caps, "prefill_handoff_decode");
+    enum wire_role role = WIRE_ROLE_UNION;
+    wire_role_from_str(g->role, &role); /* validated when the options were read */
+    struct wire_refresh_out out = {
+        .id = g->id,
+        .job_name = g->job,
+        .model_name = o->model,
+        .engine_type = o->engine,
+        .role = role,
+        .status = WIRE_INS_ACTIVE,
+        .dispatch_caps = caps.n ? &caps : NULL,
+        .multi_endpoints = true,
+        .pods = pods,
+        .n_pods = n_pods,
+    };
+    json_t *in = wire_refresh_instance_to_json(&out);
+    wire_strlist_release(&caps);
+    free(pods);
+    free(ports);
+    free(eps);
     return in;
 }
 
@@ -592,7 +605,7 @@ static int do_del(struct reg_opts *o)
         free(want);
     }
     if (rc == 0) {
-        json_t *body = json_pack("{s:s, s:O}", "event", "del", "instances", dels);
+        json_t *body = wire_refresh_body(WIRE_REFRESH_DEL, json_incref(dels));
         if (o->dry_run) {
             char *s = json_dumps(body, JSON_INDENT(2));
             printf("%s\n", s);
@@ -702,7 +715,8 @@ static int do_set_add(struct reg_opts *o)
     json_t *insts = json_array();
     for (size_t g = 0; g < o->n_groups; g++)
         json_array_append_new(insts, group_instance(o, &o->groups[g]));
-    json_t *body = json_pack("{s:s, s:o}", "event", o->action, "instances", insts);
+    enum wire_refresh_event ev = strcmp(o->action, "add") == 0 ? WIRE_REFRESH_ADD : WIRE_REFRESH_SET;
+    json_t *body = wire_refresh_body(ev, insts);
     if (o->dry_run) {
         char *s = json_dumps(body, JSON_INDENT(2));
         printf("%s\n", s);

@@ -1,4 +1,5 @@
 #include "controller/ctl_inst.h"
+#include "wire/wire_refresh.h"
 
 #include "common/util.h"
 
@@ -489,40 +490,32 @@ fail:
 json_t *ctl_inst_coord_json(const struct ctl_inst *in, const int64_t *exclude, size_t n_exclude,
                             int status)
 {
-    json_t *eps = json_object();
-    json_t *nms = json_array();
+    struct wire_refresh_pod *pods = xcalloc(in->n_nms + 1, sizeof(*pods));
     for (size_t i = 0; i < in->n_nms; i++) {
         const struct ctl_nm *nm = &in->nms[i];
-        json_array_append_new(nms, json_pack("{s:s, s:s, s:I}", "pod_ip", nm->pod_ip, "port",
-                                             nm->port, "device_num", (json_int_t)nm->device_num));
-        json_t *per_ip = json_object_get(eps, nm->pod_ip);
-        for (size_t j = 0; j < nm->n_eps; j++) {
-            const struct wire_endpoint *ep = &nm->eps[j];
-            if (exclude && ctl_ids_has(exclude, n_exclude, ep->id))
-                continue;
-            if (!per_ip) {
-                per_ip = json_object();
-                json_object_set_new(eps, nm->pod_ip, per_ip);
-            }
-            char key[24];
-            snprintf(key, sizeof(key), "%lld", (long long)ep->id);
-            json_object_set_new(per_ip, key, wire_endpoint_to_json(ep));
-        }
+        pods[i] = (struct wire_refresh_pod){.pod_ip = nm->pod_ip,
+                                            .port = nm->port,
+                                            .device_num = nm->device_num,
+                                            .eps = nm->eps,
+                                            .n_eps = nm->n_eps};
     }
-    enum wire_ins_status st = status >= 0 ? (enum wire_ins_status)status : in->status;
-    json_t *o = json_object();
-    json_object_set_new(o, "job_name", json_string(in->job_name ? in->job_name : ""));
-    json_object_set_new(o, "model_name", json_string(in->model_name ? in->model_name : ""));
-    if (in->engine_type)
-        json_object_set_new(o, "engine_type", json_string(in->engine_type));
-    json_object_set_new(o, "dispatch_capabilities", wire_strlist_to_json(&in->dispatch_caps));
-    json_object_set_new(o, "id", json_integer(in->id));
-    json_object_set_new(o, "role", json_string(wire_role_str(in->role)));
-    json_object_set_new(o, "status", json_string(wire_ins_status_str(st)));
-    json_object_set_new(o, "parallel_config", wire_parallel_config_to_json(&in->pc));
-    json_object_set_new(o, "enable_multi_endpoints", json_boolean(in->multi_ep));
-    json_object_set_new(o, "node_managers", nms);
-    json_object_set_new(o, "endpoints", eps);
-    json_object_set_new(o, "ft_capability", wire_ft_capability_to_json(&in->ft_cap));
+    struct wire_refresh_out out = {
+        .id = in->id,
+        .job_name = in->job_name,
+        .model_name = in->model_name,
+        .engine_type = in->engine_type,
+        .role = in->role,
+        .status = status >= 0 ? (enum wire_ins_status)status : in->status,
+        .dispatch_caps = &in->dispatch_caps,
+        .pc = &in->pc,
+        .multi_endpoints = in->multi_ep,
+        .ft_cap = &in->ft_cap,
+        .pods = pods,
+        .n_pods = in->n_nms,
+        .exclude = exclude,
+        .n_exclude = n_exclude,
+    };
+    json_t *o = wire_refresh_instance_to_json(&out);
+    free(pods);
     return o;
 }

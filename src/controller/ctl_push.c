@@ -16,6 +16,7 @@
  * published_body), updated when a push is queued: later decisions build on the queue's
  * outcome, and a failure is repaired by the full set, which recomputes everything. */
 #include "controller/ctl_internal.h"
+#include "wire/wire_refresh.h"
 
 #include "common/log.h"
 #include "common/strbuf.h"
@@ -25,12 +26,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum push_kind { PUSH_ADD = 0, PUSH_DEL, PUSH_SET };
-static const char *const kind_names[] = {"add", "del", "set"};
 
 struct ctl_push_entry {
     struct ctl_push_entry *next;
-    enum push_kind kind;
+    enum wire_refresh_event kind;
     int64_t id;
     json_t *inst; /* add/del: the Instance object */
     ctl_push_cb cb;
@@ -146,7 +145,7 @@ static json_t *inst_body(const struct ctl_inst *in)
 
 static void pump(struct ctl *c);
 
-static struct ctl_push_entry *enqueue(struct ctl *c, enum push_kind kind, int64_t id, json_t *inst)
+static struct ctl_push_entry *enqueue(struct ctl *c, enum wire_refresh_event kind, int64_t id, json_t *inst)
 {
     struct ctl_push_entry *e = xcalloc(1, sizeof(*e));
     e->kind = kind;
@@ -165,7 +164,7 @@ void ctl_push_full_set(struct ctl *c)
     if (!enabled(c) || c->push_full_set_queued)
         return;
     c->push_full_set_queued = true;
-    enqueue(c, PUSH_SET, 0, NULL);
+    enqueue(c, WIRE_REFRESH_SET, 0, NULL);
     pump(c);
 }
 
@@ -211,14 +210,14 @@ static struct ctl_push_entry *plan(struct ctl *c, struct ctl_inst *in)
         }
         free(now_id);
         if (!want || !same_identity) {
-            del = enqueue(c, PUSH_DEL, in->id, old ? old : inst_body(in));
+            del = enqueue(c, WIRE_REFRESH_DEL, in->id, old ? old : inst_body(in));
             old = NULL;
             mark_published(c, in, false);
         }
         json_decref(old);
     }
     if (want) {
-        enqueue(c, PUSH_ADD, in->id, inst_body(in));
+        enqueue(c, WIRE_REFRESH_ADD, in->id, inst_body(in));
         mark_published(c, in, true);
     }
     return del;
@@ -316,17 +315,17 @@ static void push_done(struct ctl *c, const struct httpc_response *resp, void *ar
     struct ctl_push_entry *e = arg;
     c->push_inflight = false;
     bool ok = ctl_http_ok(resp);
-    metrics_counter_inc(metrics_counter_labels(c->m.pushes, "event", kind_names[e->kind], "result",
+    metrics_counter_inc(metrics_counter_labels(c->m.pushes, "event", wire_refresh_event_str(e->kind), "result",
                                                ok ? "ok" : "error"));
     if (ok) {
-        log_info("coordinator_push", LF_STR("push", kind_names[e->kind]),
+        log_info("coordinator_push", LF_STR("push", wire_refresh_event_str(e->kind)),
                  LF_INT("instance_id", e->id), LF_BOOL("ok", true));
         json_t *j = ctl_http_json(resp);
-        coord_boot_seen(c, boot_id_of(j), e->kind == PUSH_SET, kind_names[e->kind]);
+        coord_boot_seen(c, boot_id_of(j), e->kind == WIRE_REFRESH_SET, wire_refresh_event_str(e->kind));
         json_decref(j);
-        if (e->kind == PUSH_ADD)
+        if (e->kind == WIRE_REFRESH_ADD)
             set_serving(c, e->id, true);
-        else if (e->kind == PUSH_DEL)
+        else if (e->kind == WIRE_REFRESH_DEL)
             set_serving(c, e->id, false);
         else {
             c->push_dirty = false;
@@ -335,14 +334,14 @@ static void push_done(struct ctl *c, const struct httpc_response *resp, void *ar
                     c->insts[i]->ft->serving_published = c->insts[i]->published;
         }
     } else {
-        log_warn("coordinator_push", LF_STR("push", kind_names[e->kind]),
+        log_warn("coordinator_push", LF_STR("push", wire_refresh_event_str(e->kind)),
                  LF_INT("instance_id", e->id), LF_BOOL("ok", false),
                  LF_STR("error", ctl_http_err(resp)));
         /* Eventual consistency: one full set repairs whatever this push left behind. A
          * failed set is not re-queued (the heartbeat recovery / periodic sync retry). */
-        if (e->kind != PUSH_SET && !c->stopping)
+        if (e->kind != WIRE_REFRESH_SET && !c->stopping)
             ctl_push_full_set(c);
-        else if (e->kind == PUSH_SET)
+        else if (e->kind == WIRE_REFRESH_SET)
             c->push_dirty = true; /* the next good coordinator heartbeat retries */
     }
     if (e->cb)
@@ -370,7 +369,7 @@ static void pump(struct ctl *c)
     if (!c->push_head)
         c->push_tail = NULL;
     json_t *arr = json_array();
-    if (e->kind == PUSH_SET) {
+    if (e->kind == WIRE_REFRESH_SET) {
         c->push_full_set_queued = false;
         for (size_t i = 0; i < c->n_insts; i++) {
             struct ctl_inst *in = c->insts[i];
@@ -382,12 +381,12 @@ static void pump(struct ctl *c)
     } else {
         json_array_append(arr, e->inst);
     }
-    json_t *body = json_pack("{s:s, s:o}", "event", kind_names[e->kind], "instances", arr);
+    json_t *body = wire_refresh_body(e->kind, arr);
     char port[16];
     snprintf(port, sizeof(port), "%d", c->cfg.coordinator_port);
     char *url = ctl_nm_url(c, c->cfg.coordinator_host, port, "/instances/refresh");
     c->push_inflight = true;
-    log_debug("coordinator_push_sent", LF_STR("push", kind_names[e->kind]),
+    log_debug("coordinator_push_sent", LF_STR("push", wire_refresh_event_str(e->kind)),
               LF_INT("instance_id", e->id), LF_INT("instances", json_array_size(arr)));
     ctl_request(c, "POST", url, body, c->cfg.coordinator_timeout_ms, push_done, e, 0, push_drop);
     free(url);

@@ -49,7 +49,7 @@ struct coord_metrics {
     struct metrics_family *legs; /* {role, outcome} */
     /* Children looked up once at start (a lookup takes the registry mutex). */
     struct metrics_counter *req_cache[3][COORD_CODES];
-    struct metrics_counter *leg_cache[INST_ROLE_COUNT][3];
+    struct metrics_counter *leg_cache[WIRE_ROLE_COUNT][3];
     struct metrics_histogram *ttft;
     struct metrics_histogram *e2e;
     struct metrics_gauge *inflight;
@@ -87,7 +87,7 @@ struct coord {
     struct ccfg cfg;
     enum bal_policy policy;
     struct inst_pub pub;
-    atomic_uint rr[INST_ROLE_COUNT];
+    atomic_uint rr[WIRE_ROLE_COUNT];
     struct coord_metrics m;
     int64_t start_wall_ms;
     /* Random per process start (32 hex digits): in the management probes and refresh
@@ -112,7 +112,7 @@ void coord_count_error(struct coord *c, enum coord_cause cause);
 /* api: "completions", "chat_completions" or "models". */
 void coord_count_request(struct coord *c, const char *api, int code);
 /* outcome: 1 success, -1 failure, 0 abandoned. */
-void coord_count_leg(struct coord *c, enum inst_role role, int outcome);
+void coord_count_leg(struct coord *c, enum wire_role role, int outcome);
 /* GET /metrics on either port. */
 void coord_handle_metrics(struct httpd_req *req, void *arg);
 /* {"status":"ok",...} probes, ready = something can be served. */

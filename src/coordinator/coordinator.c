@@ -89,10 +89,10 @@ static void metrics_cache(struct coord *c)
             m->req_cache[a][k] =
                 metrics_counter_labels(m->requests, "api", coord_apis[a], "code", codes);
         }
-    for (int r = 0; r < INST_ROLE_COUNT; r++)
+    for (int r = 0; r < WIRE_ROLE_COUNT; r++)
         for (int o = 0; o < 3; o++)
             m->leg_cache[r][o] = metrics_counter_labels(
-                m->legs, "role", inst_role_name((enum inst_role)r), "outcome", leg_outcomes[o]);
+                m->legs, "role", wire_role_str((enum wire_role)r), "outcome", leg_outcomes[o]);
 }
 
 void coord_count_request(struct coord *c, const char *api, int code)
@@ -113,9 +113,9 @@ void coord_count_request(struct coord *c, const char *api, int code)
     metrics_counter_inc(metrics_counter_labels(c->m.requests, "api", api, "code", codes));
 }
 
-void coord_count_leg(struct coord *c, enum inst_role role, int outcome)
+void coord_count_leg(struct coord *c, enum wire_role role, int outcome)
 {
-    if ((unsigned)role < INST_ROLE_COUNT)
+    if ((unsigned)role < WIRE_ROLE_COUNT)
         metrics_counter_inc(c->m.leg_cache[role][outcome > 0 ? 1 : outcome < 0 ? 2 : 0]);
 }
 
@@ -140,7 +140,7 @@ void coord_handle_metrics(struct httpd_req *req, void *arg)
             strbuf_appendf(&sb,
                            "motor_coordinator_endpoint_inflight_requests{instance_id=\"%lld\","
                            "role=\"%s\",endpoint=\"%s\"} %d\n",
-                           (long long)in->id, inst_role_name(in->role), ep->hostport,
+                           (long long)in->id, wire_role_str(in->role), ep->hostport,
                            atomic_load(&ep->load->requests));
         }
     }
@@ -156,7 +156,7 @@ void coord_handle_metrics(struct httpd_req *req, void *arg)
             strbuf_appendf(&sb,
                            "motor_coordinator_endpoint_inflight_tokens{instance_id=\"%lld\","
                            "role=\"%s\",endpoint=\"%s\"} %lld\n",
-                           (long long)in->id, inst_role_name(in->role), ep->hostport,
+                           (long long)in->id, wire_role_str(in->role), ep->hostport,
                            (long long)atomic_load(&ep->load->tokens));
         }
     }
@@ -174,8 +174,8 @@ bool coord_ready(struct inst_snapshot *s)
 {
     if (!s)
         return false;
-    return (s->n_routable[INST_ROLE_PREFILL] && s->n_routable[INST_ROLE_DECODE]) ||
-           s->n_routable[INST_ROLE_UNION] || s->n_routable[INST_ROLE_PREFILL];
+    return (s->n_routable[WIRE_ROLE_PREFILL] && s->n_routable[WIRE_ROLE_DECODE]) ||
+           s->n_routable[WIRE_ROLE_UNION] || s->n_routable[WIRE_ROLE_PREFILL];
 }
 
 /* ---- arguments ---------------------------------------------------------------------- */

@@ -11,68 +11,21 @@
 
 /* ---- names ------------------------------------------------------------------------ */
 
-static const char *const role_names[INST_ROLE_COUNT] = {"prefill", "decode", "union", "encode"};
-
-const char *inst_role_name(enum inst_role r)
-{
-    return (unsigned)r < INST_ROLE_COUNT ? role_names[r] : "unknown";
-}
-
-int inst_role_parse(const char *s, enum inst_role *out)
-{
-    if (!s)
-        return -EINVAL;
-    for (int i = 0; i < INST_ROLE_COUNT; i++) {
-        if (strcmp(s, role_names[i]) == 0) {
-            *out = (enum inst_role)i;
-            return 0;
-        }
-    }
-    if (strcmp(s, "both") == 0) {
-        *out = INST_ROLE_UNION;
-        return 0;
-    }
-    return -EINVAL;
-}
-
-static const char *const status_names[] = {"initial", "inactive", "active", "paused", "deleted"};
-
-const char *inst_status_name(enum inst_status s)
-{
-    return (unsigned)s < ARRAY_LEN(status_names) ? status_names[s] : "unknown";
-}
-
-const char *inst_pool_name(enum inst_status s)
+const char *inst_pool_name(enum wire_ins_status s)
 {
     switch (s) {
-    case INST_ST_ACTIVE:
+    case WIRE_INS_ACTIVE:
         return "available";
-    case INST_ST_PAUSED:
+    case WIRE_INS_PAUSED:
         return "paused";
-    case INST_ST_INITIAL:
-    case INST_ST_INACTIVE:
+    case WIRE_INS_INITIAL:
+    case WIRE_INS_INACTIVE:
         return "unavailable";
-    case INST_ST_DELETED:
+    case WIRE_INS_DELETED:
         break;
     }
     return "unknown";
 }
-
-const char *inst_event_name(enum inst_event e)
-{
-    switch (e) {
-    case INST_EV_ADD:
-        return "add";
-    case INST_EV_DEL:
-        return "del";
-    case INST_EV_SET:
-        return "set";
-    }
-    return "unknown";
-}
-
-static const char *const ep_status_names[] = {"initial", "normal", "abnormal", "paused",
-                                              "wait2start"};
 
 /* ---- shared objects --------------------------------------------------------------- */
 
@@ -215,12 +168,12 @@ void inst_unref(struct instance *in)
 
 bool inst_ep_routable(const struct inst_endpoint *ep)
 {
-    return !ep->headless && (ep->status == EP_ST_INITIAL || ep->status == EP_ST_NORMAL);
+    return !ep->headless && (ep->status == WIRE_EP_INITIAL || ep->status == WIRE_EP_NORMAL);
 }
 
 bool inst_routable(const struct instance *in)
 {
-    if (in->status != INST_ST_ACTIVE)
+    if (in->status != WIRE_INS_ACTIVE)
         return false;
     for (size_t i = 0; i < in->n_eps; i++)
         if (inst_ep_routable(&in->eps[i]))
@@ -267,17 +220,7 @@ bool inst_same_identity(const struct instance *a, const struct instance *b)
     return a->role == b->role && strcmp(a->job_name, b->job_name) == 0 && same_endpoints(a, b);
 }
 
-/* ---- parsing ---------------------------------------------------------------------- */
-
-static int fail(char *err, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t cap, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, cap, fmt, ap);
-    va_end(ap);
-    return -EINVAL;
-}
+/* ---- refresh bodies (parsed by src/wire) ------------------------------------------ */
 
 static char *make_hostport(const char *ip, int port)
 {
@@ -286,403 +229,53 @@ static char *make_hostport(const char *ip, int port)
     return xasprintf("%s:%d", ip, port);
 }
 
-/* A port given as an integer or a decimal string (upstream's business_port is a str). */
-static int parse_port_value(json_t *v, int *out)
+/* The coordinator's immutable instance from a parsed one (whose strings it takes). */
+static struct instance *inst_from_wire(struct wire_refresh_inst *w)
 {
-    if (json_is_integer(v)) {
-        json_int_t x = json_integer_value(v);
-        if (x < 1 || x > 65535)
-            return -ERANGE;
-        *out = (int)x;
-        return 0;
-    }
-    if (json_is_string(v))
-        return util_parse_int(json_string_value(v), 1, 65535, out);
-    return -EINVAL;
-}
-
-static bool valid_name(const char *s)
-{
-    if (strlen(s) > INST_MAX_NAME)
-        return false;
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
-        if (*p < 0x20 || *p == 0x7f)
-            return false;
-    return true;
-}
-
-static bool valid_ip(const char *s)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n > 253)
-        return false;
-    for (const char *p = s; *p; p++) {
-        char c = *p;
-        bool ok = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                  c == '.' || c == ':' || c == '-' || c == '_' || c == '%';
-        if (!ok)
-            return false;
-    }
-    return true;
-}
-
-/* "host:port" split at the last colon; "[v6]:port" unbracketed. */
-static int parse_address(const char *addr, char **ip, int *port)
-{
-    const char *colon = strrchr(addr, ':');
-    if (!colon || colon == addr)
-        return -EINVAL;
-    const char *h = addr;
-    size_t hl = (size_t)(colon - addr);
-    if (h[0] == '[') {
-        if (hl < 3 || h[hl - 1] != ']')
-            return -EINVAL;
-        h++;
-        hl -= 2;
-    }
-    if (util_parse_int(colon + 1, 1, 65535, port) < 0)
-        return -EINVAL;
-    char *s = xstrndup(h, hl);
-    if (!valid_ip(s)) {
-        free(s);
-        return -EINVAL;
-    }
-    *ip = s;
-    return 0;
-}
-
-static const char *const endpoint_fields[] = {
-    "id",           "ip",           "business_port", "bootstrap_port", "status",
-    "device_infos", "hb_timestamp", "workload",      "headless",       NULL};
-
-static bool known_field(const char *k, const char *const *list)
-{
-    for (size_t i = 0; list[i]; i++)
-        if (strcmp(k, list[i]) == 0)
-            return true;
-    return false;
-}
-
-static int parse_ctrl_endpoint(json_t *jep, const char *pod_ip, const char *where,
-                               struct inst_endpoint *ep, char *err, size_t cap)
-{
-    if (!json_is_object(jep))
-        return fail(err, cap, "%s: endpoint must be an object", where);
-    const char *k;
-    json_t *v;
-    json_object_foreach(jep, k, v)
-    {
-        if (!known_field(k, endpoint_fields))
-            return fail(err, cap, "%s: unknown endpoint field '%s'", where, k);
-    }
-    json_t *jid = json_object_get(jep, "id");
-    if (!json_is_integer(jid) || json_integer_value(jid) < 0)
-        return fail(err, cap, "%s: endpoint id must be a non-negative integer", where);
-    ep->id = json_integer_value(jid);
-    json_t *jip = json_object_get(jep, "ip");
-    const char *ip = pod_ip;
-    if (jip && !json_is_null(jip)) {
-        if (!json_is_string(jip))
-            return fail(err, cap, "%s: endpoint ip must be a string", where);
-        ip = json_string_value(jip);
-    }
-    if (!valid_ip(ip))
-        return fail(err, cap, "%s: invalid endpoint ip '%.64s'", where, ip);
-    if (parse_port_value(json_object_get(jep, "business_port"), &ep->port) < 0)
-        return fail(err, cap, "%s: business_port must be a port number (1-65535)", where);
-    json_t *jb = json_object_get(jep, "bootstrap_port");
-    if (jb && !json_is_null(jb)) {
-        if (parse_port_value(jb, &ep->bootstrap_port) < 0)
-            return fail(err, cap, "%s: bootstrap_port must be null or 1-65535", where);
-    }
-    json_t *js = json_object_get(jep, "status");
-    ep->status = EP_ST_INITIAL;
-    if (js && !json_is_null(js)) {
-        const char *s = json_is_string(js) ? json_string_value(js) : NULL;
-        size_t i;
-        for (i = 0; s && i < ARRAY_LEN(ep_status_names); i++)
-            if (strcmp(s, ep_status_names[i]) == 0)
-                break;
-        if (!s || i == ARRAY_LEN(ep_status_names))
-            return fail(err, cap, "%s: invalid endpoint status", where);
-        ep->status = (enum ep_status)i;
-    }
-    json_t *jh = json_object_get(jep, "headless");
-    if (jh && !json_is_null(jh)) {
-        if (!json_is_boolean(jh))
-            return fail(err, cap, "%s: headless must be a boolean", where);
-        ep->headless = json_is_true(jh);
-    }
-    ep->ip = xstrdup(ip);
-    ep->hostport = make_hostport(ep->ip, ep->port);
-    return 0;
-}
-
-static int parse_ext_endpoint(json_t *jep, const char *where, struct inst_endpoint *ep, char *err,
-                              size_t cap)
-{
-    if (!json_is_object(jep))
-        return fail(err, cap, "%s: endpoint must be an object", where);
-    json_t *jid = json_object_get(jep, "id");
-    if (!json_is_integer(jid) || json_integer_value(jid) < 0)
-        return fail(err, cap, "%s: endpoint id must be a non-negative integer", where);
-    ep->id = json_integer_value(jid);
-    json_t *jb = json_object_get(jep, "bootstrap_port");
-    if (jb && !json_is_null(jb) && parse_port_value(jb, &ep->bootstrap_port) < 0)
-        return fail(err, cap, "%s: bootstrap_port must be null or 1-65535", where);
-    /* Last: the only allocation, so every failure above leaves nothing to free. */
-    json_t *ja = json_object_get(jep, "address");
-    if (!json_is_string(ja) || parse_address(json_string_value(ja), &ep->ip, &ep->port) < 0)
-        return fail(err, cap, "%s: address must be \"host:port\"", where);
-    ep->status = EP_ST_INITIAL;
-    ep->hostport = make_hostport(ep->ip, ep->port);
-    return 0;
-}
-
-static int parse_dispatch(json_t *v, enum inst_dispatch *out, const char *where, char *err,
-                          size_t cap)
-{
-    *out = INST_DISPATCH_DEFAULT;
-    if (!v || json_is_null(v))
-        return 0;
-    json_t *one = NULL;
-    size_t n = 1;
-    if (json_is_array(v))
-        n = json_array_size(v);
-    for (size_t i = 0; i < n; i++) {
-        one = json_is_array(v) ? json_array_get(v, i) : v;
-        if (!json_is_string(one))
-            return fail(err, cap, "%s: dispatch_capabilities must be strings", where);
-        const char *s = json_string_value(one);
-        if (strcmp(s, "prefill_handoff_decode") == 0)
-            *out = INST_DISPATCH_HANDOFF;
-        else if (strcmp(s, "concurrent_engine_sync") == 0)
-            *out = INST_DISPATCH_TRIGGER;
-        /* Other capabilities (future upstream values) do not change how we route. */
-    }
-    return 0;
-}
-
-static int get_opt_string(json_t *obj, const char *key, const char *def, char **out,
-                          const char *where, char *err, size_t cap)
-{
-    json_t *v = json_object_get(obj, key);
-    if (!v || json_is_null(v)) {
-        *out = xstrdup(def);
-        return 0;
-    }
-    if (!json_is_string(v) || !valid_name(json_string_value(v)))
-        return fail(err, cap, "%s: %s must be a string of at most %d printable characters", where,
-                    key, INST_MAX_NAME);
-    *out = xstrdup(json_string_value(v));
-    return 0;
-}
-
-static int parse_instance(json_t *ji, size_t idx, json_t *top, struct instance **out, char *err,
-                          size_t cap)
-{
-    char where[48];
-    snprintf(where, sizeof(where), "instances[%zu]", idx);
-    if (!json_is_object(ji))
-        return fail(err, cap, "%s: must be an object", where);
     struct instance *in = xcalloc(1, sizeof(*in));
     atomic_init(&in->refs, 1);
-    int rc = -EINVAL;
-
-    json_t *jid = json_object_get(ji, "id");
-    if (!json_is_integer(jid) || json_integer_value(jid) < 0) {
-        rc = fail(err, cap, "%s: id must be a non-negative integer", where);
-        goto fail;
-    }
-    in->id = json_integer_value(jid);
-    json_t *jr = json_object_get(ji, "role");
-    if (!json_is_string(jr) || inst_role_parse(json_string_value(jr), &in->role) < 0) {
-        rc = fail(err, cap, "%s: role must be one of prefill, decode, union, both, encode", where);
-        goto fail;
-    }
-    json_t *jeps = json_object_get(ji, "endpoints");
-    bool external = json_is_array(jeps);
-    if (!external && !json_is_object(jeps)) {
-        rc = fail(err, cap, "%s: endpoints must be {pod_ip: {id: Endpoint}} or [{id, address}]",
-                  where);
-        goto fail;
-    }
-    /* The External Deployer shape carries model, engine and capabilities once at the
-     * top level; an instance may still override them. */
-    json_t *src_model = json_object_get(ji, "model_name");
-    if ((!src_model || json_is_null(src_model)) && top)
-        src_model = json_object_get(top, "model_name");
-    if (src_model && !json_is_null(src_model)) {
-        if (!json_is_string(src_model) || !valid_name(json_string_value(src_model))) {
-            rc = fail(err, cap, "%s: model_name must be a short string", where);
-            goto fail;
-        }
-        in->model_name = xstrdup(json_string_value(src_model));
-    } else {
-        in->model_name = xstrdup("");
-    }
-    json_t *src_engine = json_object_get(ji, "engine_type");
-    if ((!src_engine || json_is_null(src_engine)) && top)
-        src_engine = json_object_get(top, "engine_type");
-    if (src_engine && !json_is_null(src_engine)) {
-        if (!json_is_string(src_engine) || !valid_name(json_string_value(src_engine))) {
-            rc = fail(err, cap, "%s: engine_type must be a string", where);
-            goto fail;
-        }
-        in->engine_type = xstrdup(json_string_value(src_engine));
-    } else {
-        in->engine_type = xstrdup("vllm");
-    }
+    in->id = w->id;
+    in->role = w->role;
+    in->status = w->status;
+    in->dispatch = w->dispatch;
+    in->job_name = w->job_name;
+    in->model_name = w->model_name;
+    in->engine_type = w->engine_type;
+    w->job_name = w->model_name = w->engine_type = NULL;
     if (strcasecmp(in->engine_type, "vllm") == 0)
         in->engine = INST_ENGINE_VLLM;
     else if (strcasecmp(in->engine_type, "sglang") == 0)
         in->engine = INST_ENGINE_SGLANG;
     else
         in->engine = INST_ENGINE_OTHER;
-    json_t *src_disp = json_object_get(ji, "dispatch_capabilities");
-    if ((!src_disp || json_is_null(src_disp)) && top)
-        src_disp = json_object_get(top, "dispatch_capabilities");
-    if ((rc = parse_dispatch(src_disp, &in->dispatch, where, err, cap)) < 0)
-        goto fail;
-    rc = -EINVAL;
-    if (get_opt_string(ji, "job_name", "", &in->job_name, where, err, cap) < 0)
-        goto fail;
-
-    json_t *js = json_object_get(ji, "status");
-    /* Whoever pushes an instance without a status wants it served: the controller sends
-     * routable instances, and the External Deployer shape has no status at all. */
-    in->status = INST_ST_ACTIVE;
-    if (js && !json_is_null(js)) {
-        const char *s = json_is_string(js) ? json_string_value(js) : NULL;
-        size_t i;
-        for (i = 0; s && i < ARRAY_LEN(status_names); i++)
-            if (strcmp(s, status_names[i]) == 0)
-                break;
-        if (!s || i == ARRAY_LEN(status_names)) {
-            rc = fail(err, cap,
-                      "%s: status must be one of initial, inactive, active, paused, "
-                      "deleted",
-                      where);
-            goto fail;
-        }
-        in->status = (enum inst_status)i;
+    in->eps = xcalloc(w->n_eps + 1, sizeof(*in->eps));
+    for (size_t i = 0; i < w->n_eps; i++) {
+        struct wire_refresh_ep *we = &w->eps[i];
+        struct inst_endpoint *ep = &in->eps[in->n_eps++];
+        ep->id = we->id;
+        ep->ip = we->ip;
+        we->ip = NULL;
+        ep->port = we->port;
+        ep->bootstrap_port = we->bootstrap_port;
+        ep->status = we->status;
+        ep->headless = we->headless;
+        ep->hostport = make_hostport(ep->ip, ep->port);
     }
-
-    size_t total = 0;
-    if (external) {
-        total = json_array_size(jeps);
-    } else {
-        const char *pod;
-        json_t *m;
-        json_object_foreach(jeps, pod, m)
-        {
-            if (!json_is_object(m)) {
-                rc = fail(err, cap, "%s: endpoints[\"%.64s\"] must be {id: Endpoint}", where, pod);
-                goto fail;
-            }
-            total += json_object_size(m);
-        }
-    }
-    if (total > INST_MAX_ENDPOINTS) {
-        rc = fail(err, cap, "%s: more than %d endpoints", where, INST_MAX_ENDPOINTS);
-        goto fail;
-    }
-    in->eps = xcalloc(total + 1, sizeof(*in->eps));
-    if (external) {
-        size_t i;
-        json_t *jep;
-        json_array_foreach(jeps, i, jep)
-        {
-            char w[96];
-            snprintf(w, sizeof(w), "%s.endpoints[%zu]", where, i);
-            if ((rc = parse_ext_endpoint(jep, w, &in->eps[in->n_eps], err, cap)) < 0)
-                goto fail;
-            in->n_eps++;
-        }
-    } else {
-        const char *pod;
-        json_t *m;
-        json_object_foreach(jeps, pod, m)
-        {
-            const char *key;
-            json_t *jep;
-            json_object_foreach(m, key, jep)
-            {
-                char w[160];
-                snprintf(w, sizeof(w), "%s.endpoints[\"%.48s\"][\"%.16s\"]", where, pod, key);
-                if ((rc = parse_ctrl_endpoint(jep, pod, w, &in->eps[in->n_eps], err, cap)) < 0)
-                    goto fail;
-                in->n_eps++;
-            }
-        }
-    }
-    for (size_t i = 0; i < in->n_eps; i++) {
-        for (size_t j = i + 1; j < in->n_eps; j++) {
-            if (in->eps[i].id == in->eps[j].id) {
-                rc = fail(err, cap, "%s: duplicate endpoint id %lld", where,
-                          (long long)in->eps[i].id);
-                goto fail;
-            }
-            if (strcmp(in->eps[i].ip, in->eps[j].ip) == 0 && in->eps[i].port == in->eps[j].port) {
-                rc = fail(err, cap, "%s: endpoint %s listed twice", where, in->eps[i].hostport);
-                goto fail;
-            }
-        }
-    }
-    *out = in;
-    return 0;
-fail:
-    inst_unref(in);
-    return rc;
+    return in;
 }
 
 int inst_refresh_parse(json_t *body, struct inst_refresh *out, char *err, size_t cap)
 {
     memset(out, 0, sizeof(*out));
-    if (!json_is_object(body))
-        return fail(err, cap, "body must be a JSON object");
-    json_t *jev = json_object_get(body, "event");
-    const char *ev = json_is_string(jev) ? json_string_value(jev) : NULL;
-    struct inst_refresh r = {0};
-    if (ev && strcasecmp(ev, "add") == 0)
-        r.ev = INST_EV_ADD;
-    else if (ev && strcasecmp(ev, "del") == 0)
-        r.ev = INST_EV_DEL;
-    else if (ev && strcasecmp(ev, "set") == 0)
-        r.ev = INST_EV_SET;
-    else
-        return fail(err, cap, "event must be one of \"add\", \"del\", \"set\"");
-    json_t *arr = json_object_get(body, "instances");
-    if (!json_is_array(arr))
-        return fail(err, cap, "instances must be an array");
-    size_t n = json_array_size(arr);
-    if (n > INST_MAX_PER_REFRESH)
-        return fail(err, cap, "more than %d instances in one refresh", INST_MAX_PER_REFRESH);
-    json_t *top_model = json_object_get(body, "model_name");
-    if (top_model && !json_is_null(top_model) && !json_is_string(top_model))
-        return fail(err, cap, "model_name must be a string");
-    r.v = xcalloc(n + 1, sizeof(*r.v));
-    size_t i;
-    json_t *ji;
-    json_array_foreach(arr, i, ji)
-    {
-        int rc = parse_instance(ji, i, body, &r.v[r.n], err, cap);
-        if (rc < 0) {
-            inst_refresh_release(&r);
-            return rc;
-        }
-        r.n++;
-    }
-    for (size_t a = 0; a < r.n; a++) {
-        for (size_t b = a + 1; b < r.n; b++) {
-            if (r.v[a]->id == r.v[b]->id) {
-                long long id = (long long)r.v[a]->id;
-                inst_refresh_release(&r);
-                return fail(err, cap, "duplicate instance id %lld in one refresh", id);
-            }
-        }
-    }
-    *out = r;
+    struct wire_refresh w;
+    int rc = wire_refresh_parse(body, &w, err, cap);
+    if (rc < 0)
+        return rc;
+    out->ev = w.ev;
+    out->v = xcalloc(w.n + 1, sizeof(*out->v));
+    for (size_t i = 0; i < w.n; i++)
+        out->v[out->n++] = inst_from_wire(&w.v[i]);
+    wire_refresh_release(&w);
     return 0;
 }
 
@@ -698,7 +291,7 @@ void inst_refresh_release(struct inst_refresh *r)
 
 bool inst_refresh_needs_model(const struct inst_refresh *r)
 {
-    if (r->ev == INST_EV_DEL)
+    if (r->ev == WIRE_REFRESH_DEL)
         return false;
     for (size_t i = 0; i < r->n; i++)
         if (r->v[i]->model_name[0] == '\0')
@@ -742,7 +335,7 @@ static int inst_order(const void *a, const void *b)
 {
     const struct instance *x = *(const struct instance *const *)a;
     const struct instance *y = *(const struct instance *const *)b;
-    int c = strcmp(inst_role_name(x->role), inst_role_name(y->role));
+    int c = strcmp(wire_role_str(x->role), wire_role_str(y->role));
     if (c)
         return c;
     return x->id < y->id ? -1 : x->id > y->id;
@@ -775,7 +368,7 @@ int inst_table_apply(struct inst_table *t, const struct inst_refresh *r, char *e
     struct instance **nv = NULL;
     size_t nn = 0;
 
-    if (r->ev == INST_EV_DEL) {
+    if (r->ev == WIRE_REFRESH_DEL) {
         /* Validate every deletion first: all or nothing. */
         for (size_t i = 0; i < r->n; i++) {
             const struct instance *want = r->v[i];
@@ -789,7 +382,7 @@ int inst_table_apply(struct inst_table *t, const struct inst_refresh *r, char *e
                 snprintf(err, cap,
                          "instance %lld: identity does not match the registered instance "
                          "(role %s, job %s)",
-                         (long long)want->id, inst_role_name(have->role), have->job_name);
+                         (long long)want->id, wire_role_str(have->role), have->job_name);
                 return -EEXIST;
             }
         }
@@ -801,14 +394,14 @@ int inst_table_apply(struct inst_table *t, const struct inst_refresh *r, char *e
             if (!gone)
                 nv[nn++] = inst_ref(t->v[i]);
         }
-    } else if (r->ev == INST_EV_ADD) {
+    } else if (r->ev == WIRE_REFRESH_ADD) {
         for (size_t i = 0; i < r->n; i++) {
             struct instance *have = inst_table_find(t, r->v[i]->id);
             if (have && !inst_same_identity(have, r->v[i])) {
                 snprintf(err, cap,
                          "instance %lld is already registered with another identity "
                          "(role %s, job %s, %zu endpoints)",
-                         (long long)have->id, inst_role_name(have->role), have->job_name,
+                         (long long)have->id, wire_role_str(have->role), have->job_name,
                          have->n_eps);
                 return -EEXIST;
             }
@@ -852,7 +445,7 @@ json_t *inst_to_json(struct instance *in, int64_t now_ms)
         snprintf(port, sizeof(port), "%d", ep->port);
         json_t *je = json_pack("{s:I, s:s, s:s, s:b, s:s}", "id", (json_int_t)ep->id, "ip", ep->ip,
                                "business_port", port, "headless", ep->headless, "status",
-                               ep_status_names[ep->status]);
+                               wire_ep_status_str(ep->status));
         if (ep->bootstrap_port)
             json_object_set_new(je, "bootstrap_port", json_integer(ep->bootstrap_port));
         if (ep->load) {
@@ -865,16 +458,16 @@ json_t *inst_to_json(struct instance *in, int64_t now_ms)
         }
         json_array_append_new(eps, je);
     }
-    bool healthy = in->status == INST_ST_ACTIVE && bs == BRK_CLOSED;
+    bool healthy = in->status == WIRE_INS_ACTIVE && bs == BRK_CLOSED;
     /* Upstream reports a breaker as closed/open only; half-open counts as open. */
     const char *bname = bs == BRK_CLOSED ? "closed" : "open";
     json_t *cb =
         json_pack("{s:s, s:i, s:i, s:f}", "state", bname, "trip_count", b.trip_count,
                   "failure_count", b.failures, "current_timeout", (double)b.cur_open_ms / 1000.0);
     return json_pack("{s:I, s:s, s:s, s:s, s:s, s:s, s:s, s:b, s:o, s:o}", "id", (json_int_t)in->id,
-                     "role", inst_role_name(in->role), "job_name", in->job_name, "model_name",
+                     "role", wire_role_str(in->role), "job_name", in->job_name, "model_name",
                      in->model_name, "engine_type", in->engine_type, "status",
-                     inst_status_name(in->status), "pool", inst_pool_name(in->status), "healthy",
+                     wire_ins_status_str(in->status), "pool", inst_pool_name(in->status), "healthy",
                      healthy, "circuit_breaker", cb, "endpoints", eps);
 }
 
@@ -894,7 +487,7 @@ struct inst_snapshot *inst_snapshot_build(const struct inst_table *t)
     atomic_init(&s->refs, 1);
     s->version = t->version;
     s->all = xcalloc(t->n + 1, sizeof(*s->all));
-    for (int r = 0; r < INST_ROLE_COUNT; r++)
+    for (int r = 0; r < WIRE_ROLE_COUNT; r++)
         s->routable[r] = xcalloc(t->n + 1, sizeof(*s->routable[r]));
     s->models = xcalloc(t->n + 1, sizeof(*s->models));
     for (size_t i = 0; i < t->n; i++) {
@@ -903,7 +496,7 @@ struct inst_snapshot *inst_snapshot_build(const struct inst_table *t)
         if (!inst_routable(in))
             continue;
         s->routable[in->role][s->n_routable[in->role]++] = in;
-        if (in->role == INST_ROLE_ENCODE || in->model_name[0] == '\0')
+        if (in->role == WIRE_ROLE_ENCODE || in->model_name[0] == '\0')
             continue;
         bool seen = false;
         for (size_t m = 0; m < s->n_models && !seen; m++)
@@ -925,7 +518,7 @@ void inst_snapshot_unref(struct inst_snapshot *s)
     if (!s || atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) != 1)
         return;
     free_vec(s->all, s->n_all);
-    for (int r = 0; r < INST_ROLE_COUNT; r++)
+    for (int r = 0; r < WIRE_ROLE_COUNT; r++)
         free(s->routable[r]);
     for (size_t m = 0; m < s->n_models; m++)
         free(s->models[m]);

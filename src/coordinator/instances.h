@@ -16,6 +16,8 @@
 #define MOTOR_INSTANCES_H
 
 #include "coordinator/breaker.h"
+#include "wire/wire.h"
+#include "wire/wire_refresh.h"
 
 #include <jansson.h>
 #include <pthread.h>
@@ -24,28 +26,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum inst_role {
-    INST_ROLE_PREFILL = 0,
-    INST_ROLE_DECODE,
-    INST_ROLE_UNION,
-    INST_ROLE_ENCODE,
-    INST_ROLE_COUNT
-};
-enum inst_status {
-    INST_ST_INITIAL = 0,
-    INST_ST_INACTIVE,
-    INST_ST_ACTIVE,
-    INST_ST_PAUSED,
-    INST_ST_DELETED
-};
-enum ep_status { EP_ST_INITIAL = 0, EP_ST_NORMAL, EP_ST_ABNORMAL, EP_ST_PAUSED, EP_ST_WAIT2START };
-enum inst_dispatch { INST_DISPATCH_DEFAULT = 0, INST_DISPATCH_HANDOFF, INST_DISPATCH_TRIGGER };
+/* Roles, statuses, dispatch modes and refresh events are the wire's (wire/wire.h,
+ * wire/wire_refresh.h); the engine kind is the coordinator's own reading of
+ * engine_type. */
 enum inst_engine { INST_ENGINE_VLLM = 0, INST_ENGINE_SGLANG, INST_ENGINE_OTHER };
-enum inst_event { INST_EV_ADD = 0, INST_EV_DEL, INST_EV_SET };
-
-#define INST_MAX_PER_REFRESH 4096
-#define INST_MAX_ENDPOINTS 1024
-#define INST_MAX_NAME 256
 
 /* In-flight work on one endpoint, shared by every snapshot that lists it. */
 struct inst_load {
@@ -67,7 +51,7 @@ struct inst_endpoint {
     char *ip;
     int port;           /* business_port */
     int bootstrap_port; /* 0 = none */
-    enum ep_status status;
+    enum wire_ep_status status;
     bool headless;
     char *hostport;         /* "ip:port" or "[v6]:port", for URLs */
     struct inst_load *load; /* set once the instance is in a table */
@@ -76,9 +60,9 @@ struct inst_endpoint {
 struct instance {
     atomic_int refs;
     int64_t id;
-    enum inst_role role;
-    enum inst_status status;
-    enum inst_dispatch dispatch;
+    enum wire_role role;
+    enum wire_ins_status status;
+    enum wire_dispatch dispatch;
     enum inst_engine engine;
     char *job_name;    /* "" when not given */
     char *model_name;  /* "" when not given (then discovered) */
@@ -89,18 +73,13 @@ struct instance {
 };
 
 struct inst_refresh {
-    enum inst_event ev;
+    enum wire_refresh_event ev;
     struct instance **v; /* owned references */
     size_t n;
 };
 
 /* ---- names ---------------------------------------------------------------------- */
-const char *inst_role_name(enum inst_role r);
-const char *inst_status_name(enum inst_status s);
-const char *inst_pool_name(enum inst_status s); /* available/unavailable/paused/unknown */
-const char *inst_event_name(enum inst_event e);
-/* "both" is accepted as union. 0 or -EINVAL. */
-int inst_role_parse(const char *s, enum inst_role *out);
+const char *inst_pool_name(enum wire_ins_status s); /* available/unavailable/paused/unknown */
 
 /* ---- objects (any thread) --------------------------------------------------------- */
 struct instance *inst_ref(struct instance *in);
@@ -161,8 +140,8 @@ struct inst_snapshot {
     uint64_t version;
     struct instance **all; /* every instance of the table (refs) */
     size_t n_all;
-    struct instance **routable[INST_ROLE_COUNT]; /* borrowed from all[] */
-    size_t n_routable[INST_ROLE_COUNT];
+    struct instance **routable[WIRE_ROLE_COUNT]; /* borrowed from all[] */
+    size_t n_routable[WIRE_ROLE_COUNT];
     char **models; /* distinct model names of routable instances */
     size_t n_models;
 };

@@ -123,7 +123,7 @@ static void refresh_apply(struct mgmt_refresh *f)
     int rc = inst_table_apply(&c->table, &f->r, err, sizeof(err));
     if (rc < 0) {
         int status = rc == -EEXIST ? 409 : 400;
-        log_warn("instances_refresh_rejected", LF_STR("refresh_event", inst_event_name(f->r.ev)),
+        log_warn("instances_refresh_rejected", LF_STR("refresh_event", wire_refresh_event_str(f->r.ev)),
                  LF_INT("status", status), LF_STR("reason", err));
         refresh_respond_error(f, status, err);
         return;
@@ -134,7 +134,7 @@ static void refresh_apply(struct mgmt_refresh *f)
     strbuf_init(&ids, 2048);
     for (size_t i = 0; i < f->r.n; i++)
         strbuf_appendf(&ids, "%s%lld", i ? "," : "", (long long)f->r.v[i]->id);
-    log_info("instances_refreshed", LF_STR("refresh_event", inst_event_name(f->r.ev)),
+    log_info("instances_refreshed", LF_STR("refresh_event", wire_refresh_event_str(f->r.ev)),
              LF_INT("instances", (long long)f->r.n), LF_STR("ids", strbuf_str(&ids)),
              LF_INT("table_size", (long long)c->table.n),
              LF_INT("version", (long long)c->table.version));
@@ -147,7 +147,7 @@ static void refresh_apply(struct mgmt_refresh *f)
     /* data.boot_id (motor): which coordinator process now holds this view. */
     json_t *body = json_pack("{s:s, s:s, s:s, s:{s:s, s:s, s:I, s:s}}", "request_id", rid, "status",
                              "success", "message", "Instance refresh completed", "data",
-                             "timestamp", ts, "event_type", inst_event_name(f->r.ev),
+                             "timestamp", ts, "event_type", wire_refresh_event_str(f->r.ev),
                              "instance_count", (json_int_t)f->r.n, "boot_id", c->boot_id);
     httpd_req_on_close(f->req, NULL, NULL);
     httpd_respond_json(f->req, 200, body);

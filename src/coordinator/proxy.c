@@ -179,11 +179,11 @@ static void leg_verdict(struct preq *pr, struct leg *leg, int outcome)
         inst_breaker_read(in, &b);
         metrics_counter_inc(pr->c->m.breaker_trips);
         log_warn("breaker_open", LF_INT("instance_id", in->id),
-                 LF_STR("role", inst_role_name(in->role)), LF_INT("trip_count", b.trip_count),
+                 LF_STR("role", wire_role_str(in->role)), LF_INT("trip_count", b.trip_count),
                  LF_INT("open_ms", b.cur_open_ms));
     } else if (outcome > 0 && leg->trial) {
         log_info("breaker_closed", LF_INT("instance_id", in->id),
-                 LF_STR("role", inst_role_name(in->role)));
+                 LF_STR("role", wire_role_str(in->role)));
     }
     coord_count_leg(pr->c, in->role, outcome);
 }
@@ -663,7 +663,7 @@ static bool pick_filter(struct instance *in, const struct inst_endpoint *ep, voi
     struct pick_ctx *x = arg;
     if (!model_ok(in, x->model))
         return false;
-    if (in->dispatch == INST_DISPATCH_TRIGGER)
+    if (in->dispatch == WIRE_DISPATCH_TRIGGER)
         return false; /* the layerwise trigger flow needs a metaserver we do not run */
     if (x->p) {
         if (in->engine != x->p->engine)
@@ -677,7 +677,7 @@ static bool pick_filter(struct instance *in, const struct inst_endpoint *ep, voi
 }
 
 /* Pick and claim (breaker admission) one endpoint of a role. */
-static bool pick_role(struct preq *pr, enum inst_role role, const struct instance *pair,
+static bool pick_role(struct preq *pr, enum wire_role role, const struct instance *pair,
                       struct leg *out)
 {
     struct inst_snapshot *s = pr->snap;
@@ -712,15 +712,15 @@ static void describe_fleet(struct preq *pr, char *buf, size_t cap)
     struct inst_snapshot *s = pr->snap;
     int64_t now = util_mono_ms();
     int open = 0;
-    for (int r = 0; r < INST_ROLE_COUNT; r++)
+    for (int r = 0; r < WIRE_ROLE_COUNT; r++)
         for (size_t i = 0; i < s->n_routable[r]; i++)
             if (!inst_breaker_peek(s->routable[r][i], now))
                 open++;
     snprintf(buf, cap,
              "no instance available to serve model '%s': routable prefill %zu, decode %zu, "
              "union %zu (of %zu registered); %d with an open circuit breaker",
-             pr->model ? pr->model : "", s->n_routable[INST_ROLE_PREFILL],
-             s->n_routable[INST_ROLE_DECODE], s->n_routable[INST_ROLE_UNION], s->n_all, open);
+             pr->model ? pr->model : "", s->n_routable[WIRE_ROLE_PREFILL],
+             s->n_routable[WIRE_ROLE_DECODE], s->n_routable[WIRE_ROLE_UNION], s->n_all, open);
 }
 
 static bool plan(struct preq *pr)
@@ -730,26 +730,26 @@ static bool plan(struct preq *pr)
     struct leg *p = &pr->legs[LEG_PREFILL], *d = &pr->legs[LEG_MAIN];
     p->which = LEG_PREFILL;
     d->which = LEG_MAIN;
-    bool pd_present = s->n_routable[INST_ROLE_PREFILL] || s->n_routable[INST_ROLE_DECODE];
-    if (s->n_routable[INST_ROLE_PREFILL] && s->n_routable[INST_ROLE_DECODE]) {
-        if (pick_role(pr, INST_ROLE_PREFILL, NULL, p)) {
-            if (pick_role(pr, INST_ROLE_DECODE, p->inst, d)) {
+    bool pd_present = s->n_routable[WIRE_ROLE_PREFILL] || s->n_routable[WIRE_ROLE_DECODE];
+    if (s->n_routable[WIRE_ROLE_PREFILL] && s->n_routable[WIRE_ROLE_DECODE]) {
+        if (pick_role(pr, WIRE_ROLE_PREFILL, NULL, p)) {
+            if (pick_role(pr, WIRE_ROLE_DECODE, p->inst, d)) {
                 pr->mode = p->inst->engine == INST_ENGINE_SGLANG ? MODE_SGLANG_PD : MODE_VLLM_PD;
                 return true;
             }
             leg_release(pr, p);
         }
     }
-    if (pd_present && !c->cfg.pd_fallback_to_hybrid && !s->n_routable[INST_ROLE_UNION])
+    if (pd_present && !c->cfg.pd_fallback_to_hybrid && !s->n_routable[WIRE_ROLE_UNION])
         return false;
     pr->mode = MODE_SINGLE;
-    if (pick_role(pr, INST_ROLE_UNION, NULL, d))
+    if (pick_role(pr, WIRE_ROLE_UNION, NULL, d))
         return true;
     if (pd_present && !c->cfg.pd_fallback_to_hybrid)
         return false;
-    if (pick_role(pr, INST_ROLE_PREFILL, NULL, d))
+    if (pick_role(pr, WIRE_ROLE_PREFILL, NULL, d))
         return true;
-    if (c->cfg.decode_colocation && pick_role(pr, INST_ROLE_DECODE, NULL, d))
+    if (c->cfg.decode_colocation && pick_role(pr, WIRE_ROLE_DECODE, NULL, d))
         return true;
     return false;
 }

@@ -63,8 +63,8 @@ static struct inst_endpoint *ep_of(struct fixture *f, int64_t inst, int64_t ep)
 static void test_least_tokens(void **state)
 {
     struct fixture *f = *state;
-    struct instance **v = f->s->routable[INST_ROLE_UNION];
-    size_t n = f->s->n_routable[INST_ROLE_UNION];
+    struct instance **v = f->s->routable[WIRE_ROLE_UNION];
+    size_t n = f->s->n_routable[WIRE_ROLE_UNION];
     assert_int_equal(n, 2); /* instance 3 has only a headless endpoint */
     atomic_uint rr = 0;
     struct bal_pick p;
@@ -94,8 +94,8 @@ static void test_least_tokens(void **state)
 static void test_ties_rotate(void **state)
 {
     struct fixture *f = *state;
-    struct instance **v = f->s->routable[INST_ROLE_UNION];
-    size_t n = f->s->n_routable[INST_ROLE_UNION];
+    struct instance **v = f->s->routable[WIRE_ROLE_UNION];
+    size_t n = f->s->n_routable[WIRE_ROLE_UNION];
     atomic_uint rr = 0;
     int hits[3] = {0};
     for (int i = 0; i < 30; i++) {
@@ -117,8 +117,8 @@ static bool not_b(struct instance *in, const struct inst_endpoint *ep, void *arg
 static void test_round_robin_and_filter(void **state)
 {
     struct fixture *f = *state;
-    struct instance **v = f->s->routable[INST_ROLE_UNION];
-    size_t n = f->s->n_routable[INST_ROLE_UNION];
+    struct instance **v = f->s->routable[WIRE_ROLE_UNION];
+    size_t n = f->s->n_routable[WIRE_ROLE_UNION];
     atomic_uint rr = 0;
     inst_load_acquire(ep_of(f, 1, 0)->load, 1000); /* ignored by round robin */
     const char *seq[6];

@@ -110,11 +110,11 @@ static void test_parse_fields(void **state)
     char err[256];
     assert_int_equal(parse("{\"event\":\"add\",\"instances\":[" CTRL_P1 "]}", &r, err, sizeof(err)),
                      0);
-    assert_int_equal(r.ev, INST_EV_ADD);
+    assert_int_equal(r.ev, WIRE_REFRESH_ADD);
     assert_int_equal(r.n, 1);
     struct instance *in = r.v[0];
     assert_int_equal(in->id, 1);
-    assert_int_equal(in->role, INST_ROLE_PREFILL);
+    assert_int_equal(in->role, WIRE_ROLE_PREFILL);
     assert_string_equal(in->job_name, "jp");
     assert_string_equal(in->engine_type, "vllm");
     assert_int_equal(in->engine, INST_ENGINE_VLLM);
@@ -130,9 +130,9 @@ static void test_parse_fields(void **state)
               &r, err, sizeof(err)),
         0);
     in = r.v[0];
-    assert_int_equal(in->role, INST_ROLE_UNION);
+    assert_int_equal(in->role, WIRE_ROLE_UNION);
     assert_int_equal(in->engine, INST_ENGINE_SGLANG);
-    assert_int_equal(in->status, INST_ST_ACTIVE);
+    assert_int_equal(in->status, WIRE_INS_ACTIVE);
     assert_string_equal(in->eps[0].ip, "fe80::1");
     assert_string_equal(in->eps[0].hostport, "[fe80::1]:30000");
     assert_int_equal(in->eps[0].bootstrap_port, 8998);
@@ -273,10 +273,10 @@ static void test_routable_and_snapshot(void **state)
         0);
     struct inst_snapshot *s = inst_snapshot_build(&t);
     assert_int_equal(s->n_all, 5);
-    assert_int_equal(s->n_routable[INST_ROLE_PREFILL], 1);
-    assert_int_equal(s->n_routable[INST_ROLE_DECODE], 1);
-    assert_int_equal(s->n_routable[INST_ROLE_UNION], 1); /* 3 inactive, 4 headless only */
-    assert_int_equal(s->routable[INST_ROLE_UNION][0]->id, 5);
+    assert_int_equal(s->n_routable[WIRE_ROLE_PREFILL], 1);
+    assert_int_equal(s->n_routable[WIRE_ROLE_DECODE], 1);
+    assert_int_equal(s->n_routable[WIRE_ROLE_UNION], 1); /* 3 inactive, 4 headless only */
+    assert_int_equal(s->routable[WIRE_ROLE_UNION][0]->id, 5);
     assert_int_equal(s->n_models, 2); /* m, m4 */
 
     struct inst_pub pub;
@@ -292,9 +292,9 @@ static void test_routable_and_snapshot(void **state)
     inst_pub_set(&pub, inst_snapshot_build(&t));
     inst_table_release(&t);
     assert_int_equal(held->n_all, 5);
-    assert_string_equal(held->routable[INST_ROLE_PREFILL][0]->job_name, "jp");
-    inst_load_acquire(held->routable[INST_ROLE_PREFILL][0]->eps[0].load, 10);
-    inst_load_release(held->routable[INST_ROLE_PREFILL][0]->eps[0].load, 10);
+    assert_string_equal(held->routable[WIRE_ROLE_PREFILL][0]->job_name, "jp");
+    inst_load_acquire(held->routable[WIRE_ROLE_PREFILL][0]->eps[0].load, 10);
+    inst_load_release(held->routable[WIRE_ROLE_PREFILL][0]->eps[0].load, 10);
     inst_snapshot_unref(held);
     struct inst_snapshot *now = inst_pub_get(&pub);
     assert_int_equal(now->n_all, 0);
