@@ -53,8 +53,8 @@ struct reactor {
 
     /* Deferred callbacks: circular lists with sentinels. `deferred` collects; a pass
      * moves it to `running` first, so what is queued meanwhile waits for the next pass. */
-    struct reactor_deferred deferred;
-    struct reactor_deferred running;
+    struct list_head deferred;
+    struct list_head running;
 
     pthread_mutex_t inbox_lock;
     struct task *inbox_head, *inbox_tail;
@@ -64,22 +64,12 @@ struct reactor {
 static void on_eventfd(struct reactor *r, int fd, uint32_t events, void *arg);
 static void on_signalfd(struct reactor *r, int fd, uint32_t events, void *arg);
 
-static void dlist_init(struct reactor_deferred *head)
-{
-    head->prev = head->next = head;
-}
-
-static bool dlist_empty(const struct reactor_deferred *head)
-{
-    return head->next == head;
-}
-
 struct reactor *reactor_new(void)
 {
     struct reactor *r = xcalloc(1, sizeof(*r));
     r->epfd = r->eventfd = r->sigfd = -1;
-    dlist_init(&r->deferred);
-    dlist_init(&r->running);
+    list_init(&r->deferred);
+    list_init(&r->running);
     pthread_mutex_init(&r->inbox_lock, NULL);
     r->now_ms = util_mono_ms();
     r->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -137,10 +127,11 @@ void reactor_free(struct reactor *r)
     free_dead(r);
     free(r->heap);
     /* Deferred callbacks still queued belong to their owners: just forget them. */
-    while (!dlist_empty(&r->deferred))
-        reactor_defer_cancel(r, r->deferred.next);
-    while (!dlist_empty(&r->running))
-        reactor_defer_cancel(r, r->running.next);
+    struct list_head *n;
+    while ((n = list_first(&r->deferred)))
+        list_remove(n);
+    while ((n = list_first(&r->running)))
+        list_remove(n);
     if (r->epfd >= 0)
         close(r->epfd);
     if (r->eventfd >= 0)
@@ -350,7 +341,7 @@ static void run_due_timers(struct reactor *r)
  * something to do right away. */
 static int wait_timeout(struct reactor *r, int timeout_ms)
 {
-    if (!dlist_empty(&r->deferred))
+    if (!list_empty(&r->deferred))
         return 0;
     if (!r->heap_len)
         return timeout_ms;
@@ -371,50 +362,39 @@ void reactor_deferred_init(struct reactor_deferred *d, reactor_deferred_cb cb, v
 {
     d->cb = cb;
     d->arg = arg;
-    d->prev = d->next = NULL;
+    list_init(&d->link);
 }
 
 bool reactor_deferred_pending(const struct reactor_deferred *d)
 {
-    return d->next != NULL;
+    return list_linked(&d->link);
 }
 
 void reactor_defer(struct reactor *r, struct reactor_deferred *d)
 {
-    if (d->next)
+    if (list_linked(&d->link))
         return; /* queued already (for this pass or the next one) */
-    struct reactor_deferred *head = &r->deferred;
-    d->next = head;
-    d->prev = head->prev;
-    head->prev->next = d;
-    head->prev = d;
+    list_insert_tail(&r->deferred, &d->link);
 }
 
 void reactor_defer_cancel(struct reactor *r, struct reactor_deferred *d)
 {
-    if (!d->next)
-        return;
-    d->prev->next = d->next;
-    d->next->prev = d->prev;
-    d->prev = d->next = NULL;
+    (void)r;
+    list_remove(&d->link);
 }
 
 static void run_deferred(struct reactor *r)
 {
-    if (dlist_empty(&r->deferred))
+    if (list_empty(&r->deferred))
         return;
     /* Move the queue to `running` (splice), then pop one at a time: a callback may
      * cancel others still waiting in `running`, or queue new ones (they go to
      * `deferred`, i.e. the next pass). */
-    struct reactor_deferred *run = &r->running, *q = &r->deferred;
-    run->next = q->next;
-    run->prev = q->prev;
-    run->next->prev = run;
-    run->prev->next = run;
-    dlist_init(q);
-    while (!dlist_empty(run)) {
-        struct reactor_deferred *d = run->next;
-        reactor_defer_cancel(r, d);
+    list_splice_tail(&r->running, &r->deferred);
+    struct list_head *n;
+    while ((n = list_first(&r->running))) {
+        struct reactor_deferred *d = list_entry(n, struct reactor_deferred, link);
+        list_remove(n);
         d->cb(r, d->arg); /* may re-queue d, or free its holder */
     }
 }

@@ -16,6 +16,8 @@
 #ifndef MOTOR_REACTOR_H
 #define MOTOR_REACTOR_H
 
+#include "common/list.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -49,7 +51,8 @@ struct reactor_timer {
 struct reactor_deferred {
     reactor_deferred_cb cb;
     void *arg;
-    struct reactor_deferred *prev, *next; /* NULL when not queued */
+    struct list_head link; /* on the reactor's queue while pending; self-linked or zeroed
+                            * otherwise */
 };
 
 /* NULL on failure (errno set). */

@@ -6,6 +6,7 @@
 #include "controller/ctl_obs.h"
 
 #include "controller/controller.h"
+#include "common/list.h"
 #include "common/cliopt.h"
 #include "common/log.h"
 #include "common/strbuf.h"
@@ -52,13 +53,13 @@ struct ctl_inst *ctl_find_pending_job(struct ctl *c, const char *job)
     return NULL;
 }
 
-static void list_add(struct ctl_inst ***v, size_t *n, struct ctl_inst *in)
+static void inst_vec_push(struct ctl_inst ***v, size_t *n, struct ctl_inst *in)
 {
     *v = xrealloc(*v, (*n + 1) * sizeof(**v));
     (*v)[(*n)++] = in;
 }
 
-static void list_remove(struct ctl_inst **v, size_t *n, struct ctl_inst *in)
+static void inst_vec_remove(struct ctl_inst **v, size_t *n, struct ctl_inst *in)
 {
     for (size_t i = 0; i < *n; i++) {
         if (v[i] == in) {
@@ -213,7 +214,7 @@ static void remove_instance(struct ctl *c, struct ctl_inst *in)
         in->ft = NULL;
     }
     forget_inst(c, in->id);
-    list_remove(c->insts, &c->n_insts, in);
+    inst_vec_remove(c->insts, &c->n_insts, in);
     ctl_inst_free(in);
 }
 
@@ -356,7 +357,7 @@ static void send_start(struct ctl *c, struct ctl_inst *in);
 
 static void assemble(struct ctl *c, struct ctl_inst *p)
 {
-    list_remove(c->pending, &c->n_pending, p);
+    inst_vec_remove(c->pending, &c->n_pending, p);
     if (p->reregistered)
         ctl_asm_finalize_rereg(p);
     else
@@ -371,7 +372,7 @@ static void assemble(struct ctl *c, struct ctl_inst *p)
     }
     p->start_pending = !p->reregistered;
     p->start_attempts = 0;
-    list_add(&c->insts, &c->n_insts, p);
+    inst_vec_push(&c->insts, &c->n_insts, p);
     rt_attach(c, p);
     ctl_save_rt(c, p->ft);
     ctl_save_inst(c, p);
@@ -388,7 +389,7 @@ static void drop_pending(struct ctl *c, struct ctl_inst *p, const char *why)
     log_warn("assembly_dropped", LF_INT("instance_id", p->id), LF_STR("job_name", p->job_name),
              LF_INT("node_managers", p->n_nms), LF_STR("reason", why));
     forget_inst(c, p->id);
-    list_remove(c->pending, &c->n_pending, p);
+    inst_vec_remove(c->pending, &c->n_pending, p);
     ctl_inst_free(p);
 }
 
@@ -537,7 +538,7 @@ json_t *ctl_register(struct ctl *c, const struct wire_register *m, int *status)
     ctl_save_meta(c);
     p->created_wall_ms = util_wall_ms();
     p->last_reg_ms = now;
-    list_add(&c->pending, &c->n_pending, p);
+    inst_vec_push(&c->pending, &c->n_pending, p);
     ctl_save_inst(c, p);
     log_info("node_manager_registered", LF_INT("instance_id", p->id),
              LF_STR("job_name", m->job_name), LF_STR("pod_ip", m->pod_ip),
@@ -633,7 +634,7 @@ json_t *ctl_reregister(struct ctl *c, const struct wire_reregister *m, int *stat
         p = ctl_asm_new_rereg(m, now_s);
         p->created_wall_ms = util_wall_ms();
         p->last_reg_ms = now;
-        list_add(&c->pending, &c->n_pending, p);
+        inst_vec_push(&c->pending, &c->n_pending, p);
         if (m->instance_id >= c->next_id) {
             c->next_id = m->instance_id + 1;
             ctl_save_meta(c);
@@ -934,9 +935,9 @@ static void on_loaded(struct store *st, int err, const struct store_kv *kvs, siz
                 if (in->id >= c->next_id)
                     c->next_id = in->id + 1;
                 if (in->assembled)
-                    list_add(&c->insts, &c->n_insts, in);
+                    inst_vec_push(&c->insts, &c->n_insts, in);
                 else
-                    list_add(&c->pending, &c->n_pending, in);
+                    inst_vec_push(&c->pending, &c->n_pending, in);
             }
         } else if (strncmp(k, "ft/", 3) == 0) {
             int64_t id;
@@ -1207,6 +1208,7 @@ int controller_main(int argc, char **argv)
                                "the hard limit (ulimit -Hn, LimitNOFILE=)"));
 
     struct ctl *c = xcalloc(1, sizeof(*c));
+    list_init(&c->calls);
     int exit_code = 1;
     /* Timers first: the cleanup path stops them whatever failed. */
     reactor_timer_init(&c->asm_timer, on_asm_timer, c);

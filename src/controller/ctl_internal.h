@@ -12,6 +12,7 @@
 #include "controller/ctl_inst.h"
 #include "controller/store.h"
 
+#include "common/list.h"
 #include "common/httpc.h"
 #include "common/httpd.h"
 #include "common/metrics.h"
@@ -109,7 +110,7 @@ struct ctl {
     struct reactor_timer coord_hb_timer;
     struct reactor_timer coord_sync_timer;
 
-    struct ctl_call *calls;     /* requests in flight (ctl_request) */
+    struct list_head calls;     /* struct ctl_call in flight (ctl_request) */
     struct ctl_restop *restops; /* NMs recently told to stop again (rate limit) */
     size_t n_restops;
 

@@ -3,6 +3,7 @@
  * request so that a shutdown (httpc_free drops answers) can still release contexts. */
 #include "controller/ctl_internal.h"
 
+#include "common/list.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -10,7 +11,7 @@
 #include <string.h>
 
 struct ctl_call {
-    struct ctl_call *prev, *next;
+    struct list_head link; /* on ctl->calls */
     struct ctl *c;
     ctl_resp_fn fn;
     ctl_drop_fn drop;
@@ -26,20 +27,10 @@ char *ctl_nm_url(struct ctl *c, const char *ip, const char *port, const char *pa
     return xasprintf("%s://%s:%s%s", scheme, ip, port, path);
 }
 
-static void unlink_call(struct ctl_call *k)
-{
-    if (k->prev)
-        k->prev->next = k->next;
-    else
-        k->c->calls = k->next;
-    if (k->next)
-        k->next->prev = k->prev;
-}
-
 static void call_done(const struct httpc_response *resp, void *arg)
 {
     struct ctl_call *k = arg;
-    unlink_call(k);
+    list_remove(&k->link);
     k->fn(k->c, resp, k->arg, k->tag);
     free(k);
 }
@@ -53,10 +44,7 @@ void ctl_request(struct ctl *c, const char *method, const char *url, const json_
     k->drop = drop;
     k->arg = arg;
     k->tag = tag;
-    k->next = c->calls;
-    if (c->calls)
-        c->calls->prev = k;
-    c->calls = k;
+    list_insert_head(&c->calls, &k->link);
     char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
     bool post = method && strcmp(method, "POST") == 0;
     struct httpc_opts o = {
@@ -83,9 +71,10 @@ void ctl_request(struct ctl *c, const char *method, const char *url, const json_
 
 void ctl_requests_drop_all(struct ctl *c)
 {
-    while (c->calls) {
-        struct ctl_call *k = c->calls;
-        unlink_call(k);
+    struct list_head *n;
+    while ((n = list_first(&c->calls))) {
+        struct ctl_call *k = list_entry(n, struct ctl_call, link);
+        list_remove(n);
         if (k->drop)
             k->drop(k->arg, k->tag);
         free(k);

@@ -10,6 +10,7 @@
 #ifndef MOTOR_COORD_INTERNAL_H
 #define MOTOR_COORD_INTERNAL_H
 
+#include "common/list.h"
 #include "common/httpc.h"
 #include "common/httpd.h"
 #include "common/metrics.h"
@@ -72,7 +73,7 @@ struct coord_worker {
     uint64_t seq;      /* request ids */
     char rid_prefix[32]; /* "motor-<boot>-<worker>-", formatted once (handle_infer) */
     size_t rid_prefix_len;
-    struct preq *live; /* proxied requests in progress */
+    struct list_head live; /* struct preq: proxied requests in progress */
     int n_live;
     struct reactor_timer sweep; /* request deadlines, while requests are live */
     int64_t sweep_ms;

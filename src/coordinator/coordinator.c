@@ -287,6 +287,7 @@ static int worker_create(struct coord *c, struct coord_worker *w, int idx, uint1
 {
     w->c = c;
     w->idx = idx;
+    list_init(&w->live);
     w->r = reactor_new();
     if (!w->r)
         return -errno;

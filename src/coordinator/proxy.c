@@ -70,7 +70,7 @@ struct preq {
     struct coord_worker *w;
     struct coord *c;
     struct httpd_req *hreq; /* NULL once closed */
-    struct preq *prev, *next;
+    struct list_head link; /* on the worker's live list */
     enum api api;
     /* What routing needs from the client's body (reqscan: no tree on the union route). */
     struct reqscan scan;
@@ -905,9 +905,11 @@ static void on_sweep(struct reactor *r, void *arg)
 {
     struct coord_worker *w = arg;
     int64_t now = reactor_now(r);
-    struct preq *next;
-    for (struct preq *pr = w->live; pr; pr = next) {
-        next = pr->next; /* answering never frees pr (on_close does, later) */
+    struct list_head *n, *tmp;
+    list_for_each_safe(n, tmp, &w->live)
+    {
+        /* answering never frees pr (on_close does, later) */
+        struct preq *pr = list_entry(n, struct preq, link);
         if (pr->finished)
             continue;
         if (!pr->committed && !pr->legs[LEG_MAIN].first_byte && now >= pr->first_deadline_ms)
@@ -954,12 +956,7 @@ static void on_close(struct httpd_req *req, void *arg)
         preq_finish(pr);
     }
     struct coord_worker *w = pr->w;
-    if (pr->prev)
-        pr->prev->next = pr->next;
-    else
-        w->live = pr->next;
-    if (pr->next)
-        pr->next->prev = pr->prev;
+    list_remove(&pr->link);
     w->n_live--;
     metrics_gauge_dec(pr->c->m.inflight);
     json_decref(pr->body);
@@ -1034,10 +1031,7 @@ static void handle_infer(struct httpd_req *req, struct coord_worker *w, enum api
     memcpy(pr->rid, w->rid_prefix, w->rid_prefix_len);
     size_t idn = util_fmt_hex64(pr->rid + w->rid_prefix_len, ++w->seq);
     pr->rid[w->rid_prefix_len + idn] = '\0';
-    pr->next = w->live;
-    if (w->live)
-        w->live->prev = pr;
-    w->live = pr;
+    list_insert_tail(&w->live, &pr->link);
     w->n_live++;
     metrics_gauge_inc(c->m.inflight);
     httpd_req_on_close(req, on_close, pr);

@@ -46,7 +46,7 @@ struct sim_gen {
     struct httpd_req *req;
     struct sim_req r;
     enum gen_state state;
-    struct sim_gen *prev, *next;
+    struct list_head link;
     struct sim_gen_list *list; /* the list it is on, NULL when none */
     char id[SIM_REQ_MAX_ID_LEN + 16];
     struct sim_resp_meta meta;
@@ -78,35 +78,28 @@ static void respond_error(struct httpd_req *req, int status, const char *param, 
     httpd_respond_json(req, status, sim_resp_error_from(&err));
 }
 
-static void list_push(struct sim_gen_list *l, struct sim_gen *g)
+static void gen_list_push(struct sim_gen_list *l, struct sim_gen *g)
 {
-    g->prev = l->tail;
-    g->next = NULL;
-    if (l->tail)
-        l->tail->next = g;
-    else
-        l->head = g;
-    l->tail = g;
+    list_insert_tail(&l->head, &g->link);
     l->count++;
     g->list = l;
 }
 
-static void list_remove(struct sim_gen *g)
+static void gen_list_remove(struct sim_gen *g)
 {
     struct sim_gen_list *l = g->list;
     if (!l)
         return;
-    if (g->prev)
-        g->prev->next = g->next;
-    else
-        l->head = g->next;
-    if (g->next)
-        g->next->prev = g->prev;
-    else
-        l->tail = g->prev;
-    g->prev = g->next = NULL;
+    list_remove(&g->link);
     g->list = NULL;
     l->count--;
+}
+
+/* The oldest generation of l, NULL when empty. */
+static struct sim_gen *gen_list_first(const struct sim_gen_list *l)
+{
+    struct list_head *n = list_first(&l->head);
+    return n ? list_entry(n, struct sim_gen, link) : NULL;
 }
 
 static void update_gauges(struct sim *s)
@@ -136,8 +129,8 @@ static double token_interval_ms(const struct sim *s)
 static void gen_start(struct sim_gen *g)
 {
     struct sim *s = g->s;
-    list_remove(g);
-    list_push(&s->running, g);
+    gen_list_remove(g);
+    gen_list_push(&s->running, g);
     g->state = GEN_RUNNING;
     g->run_ms = reactor_now(s->r);
     metrics_counter_add(s->m_prompt_tokens, (uint64_t)g->prompt_tokens);
@@ -165,17 +158,19 @@ static void gen_start(struct sim_gen *g)
 static void schedule(struct sim *s)
 {
     /* While stopping, httpd_free is closing every request: start nothing new. */
-    while (s->phase != SIM_STOPPING && s->waiting.head && s->running.count < s->args.max_num_seqs)
-        gen_start(s->waiting.head);
+    struct sim_gen *g;
+    while (s->phase != SIM_STOPPING && (g = gen_list_first(&s->waiting)) &&
+           s->running.count < s->args.max_num_seqs)
+        gen_start(g);
     update_gauges(s);
 }
 
 static void gen_enqueue(struct sim_gen *g)
 {
     struct sim *s = g->s;
-    list_remove(g);
+    gen_list_remove(g);
     g->state = GEN_WAITING;
-    list_push(&s->waiting, g);
+    gen_list_push(&s->waiting, g);
     schedule(s);
 }
 
@@ -216,7 +211,7 @@ static json_t *prefill_ticket(struct sim_gen *g)
 static void gen_finish(struct sim_gen *g)
 {
     struct sim *s = g->s;
-    list_remove(g);
+    gen_list_remove(g);
     g->state = GEN_DONE;
     int64_t now = reactor_now(s->r);
     metrics_histogram_observe(s->m_e2e, (double)(now - g->arrive_ms) / 1000.0);
@@ -302,7 +297,7 @@ static void gen_tick(struct reactor *r, void *arg)
     if (g->r.stream && sb.len > 0 && httpd_stream_write(g->req, sb.buf, sb.len) < 0) {
         /* Client gone (or hopelessly slow): stop producing; on_close frees g. */
         strbuf_release(&sb);
-        list_remove(g);
+        gen_list_remove(g);
         g->state = GEN_DONE;
         metrics_counter_inc(s->m_failed);
         schedule(s);
@@ -332,7 +327,7 @@ static void gen_on_close(struct httpd_req *req, void *arg)
         metrics_counter_inc(s->m_failed);
     }
     bool was_running = g->state == GEN_RUNNING;
-    list_remove(g);
+    gen_list_remove(g);
     if (was_running)
         schedule(s);
     update_gauges(s);
@@ -348,7 +343,7 @@ static void fetch_done(const struct httpc_response *resp, void *arg)
     struct sim_gen *g = arg;
     struct sim *s = g->s;
     g->fetch = NULL;
-    list_remove(g);
+    gen_list_remove(g);
     const char *host = g->r.remote_host;
     int port = g->r.remote_port;
     long long block = (long long)g->r.remote_block_ids[0];
@@ -415,7 +410,7 @@ static void gen_fetch(struct sim_gen *g)
         .max_response = SIM_KV_FETCH_MAX_RESPONSE,
     };
     g->state = GEN_FETCHING;
-    list_push(&s->fetching, g);
+    gen_list_push(&s->fetching, g);
     update_gauges(s);
     g->fetch = httpc_request(s->httpc, &o, fetch_done, g);
     free(url);

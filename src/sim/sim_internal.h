@@ -4,6 +4,7 @@
 #ifndef MOTOR_SIM_INTERNAL_H
 #define MOTOR_SIM_INTERNAL_H
 
+#include "common/list.h"
 #include "common/httpc.h"
 #include "common/httpd.h"
 #include "common/metrics.h"
@@ -29,8 +30,9 @@ enum sim_fault {
 struct sim_gen;
 struct sim_dp;
 
+/* A counted list of generations (its gauge is the count). */
 struct sim_gen_list {
-    struct sim_gen *head, *tail;
+    struct list_head head;
     int count;
 };
 

@@ -379,6 +379,9 @@ int sim_main(int argc, char **argv)
     struct sim sim;
     struct sim *s = &sim;
     memset(s, 0, sizeof(*s));
+    list_init(&s->waiting.head);
+    list_init(&s->fetching.head);
+    list_init(&s->running.head);
     char err[256];
     if (sim_args_parse(&s->args, argc, argv, err, sizeof(err))) {
         fprintf(stderr, "engine-sim: %s\n(see 'motor engine-sim --help')\n", err);
