@@ -130,9 +130,13 @@ static struct pool_node *add_node(struct fx *f, const char *json)
 static int count_state(struct fx *f, struct pool_node *n, enum pool_state s)
 {
     int k = 0;
-    for (struct pool_inst *i = f->p->insts; i; i = i->next)
+    struct list_head *pos;
+    list_for_each(pos, &f->p->insts)
+    {
+        struct pool_inst *i = list_entry(pos, struct pool_inst, link);
         if (i->node == n && i->state == s)
             k++;
+    }
     return k;
 }
 
