@@ -36,8 +36,8 @@ enum reply_mode { REPLY_JSON = 0, REPLY_STREAM, REPLY_OTHER };
 
 struct pool_call {
     struct pool *pool;
-    struct pool_call *prev, *next;   /* pool->calls */
-    struct pool_call *iprev, *inext; /* inst->calls_head while in flight */
+    struct list_head link;           /* on pool->calls */
+    struct list_head ilink;          /* on inst->calls_head while in flight (inst set) */
     struct httpd_req *req;           /* NULL once the request is gone */
     struct pool_waiter w;
     enum call_phase phase;
@@ -95,25 +95,14 @@ static void call_fail(struct pool_call *c, int status, const char *msg, json_t *
 static void link_inst(struct pool_call *c, struct pool_inst *i)
 {
     c->inst = i;
-    c->iprev = NULL;
-    c->inext = i->calls_head;
-    if (i->calls_head)
-        i->calls_head->iprev = c;
-    i->calls_head = c;
+    list_insert_head(&i->calls_head, &c->ilink);
 }
 
 static void unlink_inst(struct pool_call *c)
 {
-    struct pool_inst *i = c->inst;
-    if (!i)
+    if (!c->inst)
         return;
-    if (c->iprev)
-        c->iprev->inext = c->inext;
-    else
-        i->calls_head = c->inext;
-    if (c->inext)
-        c->inext->iprev = c->iprev;
-    c->iprev = c->inext = NULL;
+    list_remove(&c->ilink);
     c->inst = NULL;
 }
 
@@ -135,12 +124,7 @@ static void call_release(struct pool_call *c)
 static void call_free(struct pool_call *c)
 {
     struct pool *p = c->pool;
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        p->calls = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
+    list_remove(&c->link);
     reactor_timer_stop(p->r, &c->defer);
     strbuf_release(&c->buf);
     free(c->up_error);
@@ -396,18 +380,16 @@ static void h_invoke(struct httpd_req *req, void *arg)
     reactor_timer_init(&c->defer, on_defer, c);
     c->w.granted = on_granted;
     c->w.failed = on_failed;
-    c->next = p->calls;
-    if (p->calls)
-        p->calls->prev = c;
-    p->calls = c;
+    list_init(&c->ilink);
+    list_insert_head(&p->calls, &c->link);
     httpd_req_on_close(req, call_on_close, c);
     pool_acquire(n, &c->w);
 }
 
 void pool_api_inst_gone(struct pool_inst *i, const char *why)
 {
-    while (i->calls_head) {
-        struct pool_call *c = i->calls_head;
+    while (!list_empty(&i->calls_head)) {
+        struct pool_call *c = list_entry(i->calls_head.next, struct pool_call, ilink);
         reactor_timer_stop(c->pool->r, &c->defer);
         if (c->hreq) {
             httpc_cancel(c->pool->http, c->hreq);
@@ -422,8 +404,8 @@ void pool_api_inst_gone(struct pool_inst *i, const char *why)
 
 void pool_api_drop_calls(struct pool *p, const char *why)
 {
-    while (p->calls) {
-        struct pool_call *c = p->calls;
+    while (!list_empty(&p->calls)) {
+        struct pool_call *c = list_entry(p->calls.next, struct pool_call, link);
         if (c->phase == CALL_QUEUED)
             pool_waiter_cancel(&c->w);
         call_release(c);
@@ -447,13 +429,14 @@ static int cmp_node_json(const void *a, const void *b)
 static void h_nodes_list(struct httpd_req *req, void *arg)
 {
     struct pool *p = arg;
-    size_t n = 0;
-    for (struct pool_node *x = p->nodes; x; x = x->next)
-        n++;
+    size_t n = list_count(&p->nodes);
     json_t **v = xcalloc(n ? n : 1, sizeof(json_t *));
     size_t k = 0;
-    for (struct pool_node *x = p->nodes; x; x = x->next)
-        v[k++] = pool_node_json(x);
+    struct list_head *pos;
+    list_for_each(pos, &p->nodes)
+    {
+        v[k++] = pool_node_json(list_entry(pos, struct pool_node, link));
+    }
     qsort(v, n, sizeof(json_t *), cmp_node_json);
     json_t *arr = json_array();
     for (k = 0; k < n; k++)
@@ -564,9 +547,13 @@ static void h_node_delete(struct httpd_req *req, void *arg)
     struct del_ctx *d = xcalloc(1, sizeof(*d));
     d->req = req;
     d->id = xstrdup(n->id);
-    for (struct pool_inst *i = p->insts; i; i = i->next)
+    struct list_head *pos;
+    list_for_each(pos, &p->insts)
+    {
+        struct pool_inst *i = list_entry(pos, struct pool_inst, link);
         if (i->node == n && pool_inst_live(i))
             d->stopped++;
+    }
     httpd_req_on_close(req, del_on_close, d);
     pool_node_delete(n, del_done, d);
 }
@@ -601,7 +588,10 @@ static void h_instances(struct httpd_req *req, void *arg)
     }
     bool live_only = query_true(req, "live");
     json_t *arr = json_array();
-    for (struct pool_inst *i = p->insts; i; i = i->next) {
+    struct list_head *pos;
+    list_for_each(pos, &p->insts)
+    {
+        struct pool_inst *i = list_entry(pos, struct pool_inst, link);
         if (node && strcmp(i->node->id, node) != 0)
             continue;
         if (state && strcmp(pool_state_str(i->state), state) != 0)
@@ -616,9 +606,13 @@ static void h_instances(struct httpd_req *req, void *arg)
 
 static struct pool_inst *inst_find(struct pool *p, const char *id)
 {
-    for (struct pool_inst *i = p->insts; i; i = i->next)
+    struct list_head *pos;
+    list_for_each(pos, &p->insts)
+    {
+        struct pool_inst *i = list_entry(pos, struct pool_inst, link);
         if (strcmp(i->id, id) == 0)
             return i;
+    }
     return NULL;
 }
 

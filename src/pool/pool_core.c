@@ -62,9 +62,13 @@ void pool_config_init(struct pool_config *cfg)
 
 struct pool_node *pool_node_find(struct pool *p, const char *id)
 {
-    for (struct pool_node *n = p->nodes; n; n = n->next)
+    struct list_head *pos;
+    list_for_each(pos, &p->nodes)
+    {
+        struct pool_node *n = list_entry(pos, struct pool_node, link);
         if (strcmp(n->id, id) == 0)
             return n;
+    }
     return NULL;
 }
 
@@ -97,11 +101,17 @@ struct pool_node *pool_node_put(struct pool *p, struct pool_manifest *m, const c
         free(n->source);
         n->source = xstrdup(source);
         /* Instances of the old version drain: idle and starting ones stop now, busy
-         * ones when their last call returns (pool_release). */
-        for (struct pool_inst *i = p->insts; i; i = i->next)
+         * ones when their last call returns (pool_release). A stop may end instances
+         * and trim others from the list (never this one): the next node is read after
+         * the body, so plain list_for_each, not the _safe walk. */
+        struct list_head *pos;
+        list_for_each(pos, &p->insts)
+        {
+            struct pool_inst *i = list_entry(pos, struct pool_inst, link);
             if (i->node == n && i->m == old && i->busy == 0 &&
                 (i->state == POOL_READY || i->state == POOL_STARTING))
                 pool_inst_stop(i, "manifest replaced");
+        }
         pool_manifest_unref(old);
         log_info("pool_node_replaced", LF_STR("node_id", n->id), LF_STR("source", source));
     } else {
@@ -113,10 +123,8 @@ struct pool_node *pool_node_put(struct pool *p, struct pool_manifest *m, const c
         n->source = xstrdup(source);
         n->refs = 1;
         n->registered_wall = util_wall_ms();
-        n->next = p->nodes;
-        if (p->nodes)
-            p->nodes->prev = n;
-        p->nodes = n;
+        list_init(&n->wq);
+        list_insert_head(&p->nodes, &n->link);
         log_info("pool_node_registered", LF_STR("node_id", n->id), LF_STR("source", source),
                  LF_INT("max_instances", m->max_instances),
                  LF_INT("max_concurrency", m->max_concurrency),
@@ -130,8 +138,8 @@ struct pool_node *pool_node_put(struct pool *p, struct pool_manifest *m, const c
 
 static void fail_all_waiters(struct pool_node *n, int status, const char *msg)
 {
-    while (n->wq_head) {
-        struct pool_waiter *w = n->wq_head;
+    while (!list_empty(&n->wq)) {
+        struct pool_waiter *w = list_entry(n->wq.next, struct pool_waiter, link);
         pool_waiter_cancel(w);
         w->failed(w, status, msg, NULL);
     }
@@ -139,9 +147,13 @@ static void fail_all_waiters(struct pool_node *n, int status, const char *msg)
 
 static bool node_has_live(const struct pool_node *n)
 {
-    for (struct pool_inst *i = n->pool->insts; i; i = i->next)
+    const struct list_head *pos;
+    list_for_each(pos, &n->pool->insts)
+    {
+        const struct pool_inst *i = list_entry(pos, struct pool_inst, link);
         if (i->node == n && pool_inst_live(i))
             return true;
+    }
     return false;
 }
 
@@ -149,21 +161,19 @@ void pool_node_delete(struct pool_node *n, void (*done)(void *arg), void *arg)
 {
     struct pool *p = n->pool;
     n->deleted = true;
-    if (n->prev)
-        n->prev->next = n->next;
-    else
-        p->nodes = n->next;
-    if (n->next)
-        n->next->prev = n->prev;
-    n->prev = n->next = NULL;
+    list_remove(&n->link);
     pool_store_node_delete(p->store, n->id);
     log_info("pool_node_deleted", LF_STR("node_id", n->id));
     char *msg = xasprintf("node '%s' was deleted", n->id);
     fail_all_waiters(n, 404, msg);
     free(msg);
-    for (struct pool_inst *i = p->insts; i; i = i->next)
+    struct list_head *pos;
+    list_for_each(pos, &p->insts) /* not _safe: see pool_node_put */
+    {
+        struct pool_inst *i = list_entry(pos, struct pool_inst, link);
         if (i->node == n)
             pool_inst_stop(i, "node deleted");
+    }
     n->del_done = done;
     n->del_arg = arg;
     if (!node_has_live(n)) {
@@ -185,7 +195,10 @@ json_t *pool_node_json(const struct pool_node *n)
     json_object_set_new(o, "manifest", json_deep_copy(n->m->doc));
     int counts[5] = {0};
     int busy = 0;
-    for (struct pool_inst *i = n->pool->insts; i; i = i->next) {
+    const struct list_head *pos;
+    list_for_each(pos, &n->pool->insts)
+    {
+        const struct pool_inst *i = list_entry(pos, struct pool_inst, link);
         if (i->node != n)
             continue;
         if (pool_inst_live(i) || i->state == POOL_READY)
@@ -214,18 +227,9 @@ json_t *pool_node_json(const struct pool_node *n)
 void pool_waiter_cancel(struct pool_waiter *w)
 {
     struct pool_node *n = w->node;
-    if (n && w->queued) {
-        if (w->prev)
-            w->prev->next = w->next;
-        else
-            n->wq_head = w->next;
-        if (w->next)
-            w->next->prev = w->prev;
-        else
-            n->wq_tail = w->prev;
+    if (n && list_linked(&w->link)) {
+        list_remove(&w->link);
         n->n_waiting--;
-        w->queued = false;
-        w->prev = w->next = NULL;
     }
     if (n)
         reactor_timer_stop(n->pool->r, &w->timer);
@@ -233,9 +237,11 @@ void pool_waiter_cancel(struct pool_waiter *w)
 
 static struct pool_waiter *pop_head(struct pool_node *n)
 {
-    struct pool_waiter *w = n->wq_head;
-    if (w)
-        pool_waiter_cancel(w);
+    struct list_head *first = list_first(&n->wq);
+    if (!first)
+        return NULL;
+    struct pool_waiter *w = list_entry(first, struct pool_waiter, link);
+    pool_waiter_cancel(w);
     return w;
 }
 
@@ -243,7 +249,10 @@ static struct pool_waiter *pop_head(struct pool_node *n)
 static char *no_capacity_msg(struct pool_node *n, int64_t waited_ms)
 {
     int ready = 0, starting = 0, stopping = 0, busy = 0;
-    for (struct pool_inst *i = n->pool->insts; i; i = i->next) {
+    struct list_head *pos;
+    list_for_each(pos, &n->pool->insts)
+    {
+        struct pool_inst *i = list_entry(pos, struct pool_inst, link);
         if (i->node != n || !pool_inst_live(i))
             continue;
         if (i->state == POOL_READY) {
@@ -268,7 +277,7 @@ static void on_queue_timeout(struct reactor *r, void *arg)
 {
     struct pool_waiter *w = arg;
     struct pool_node *n = w->node;
-    if (!w->queued)
+    if (!list_linked(&w->link))
         return;
     pool_waiter_cancel(w);
     n->queue_timeouts++;
@@ -285,8 +294,7 @@ void pool_acquire(struct pool_node *n, struct pool_waiter *w)
 {
     struct pool *p = n->pool;
     w->node = n;
-    w->queued = false;
-    w->prev = w->next = NULL;
+    list_init(&w->link);
     reactor_timer_init(&w->timer, on_queue_timeout, w);
     if (p->shutting_down) {
         w->failed(w, 503, "the worker pool is shutting down", NULL);
@@ -297,19 +305,13 @@ void pool_acquire(struct pool_node *n, struct pool_waiter *w)
         return;
     }
     w->enq_ms = util_mono_ms();
-    w->queued = true;
-    w->prev = n->wq_tail;
-    if (n->wq_tail)
-        n->wq_tail->next = w;
-    else
-        n->wq_head = w;
-    n->wq_tail = w;
+    list_insert_tail(&n->wq, &w->link);
     n->n_waiting++;
     if (n->m->queue_timeout_ms > 0)
         reactor_timer_start(p->r, &w->timer, n->m->queue_timeout_ms, 0);
     n->refs++;
     pool_pump(n);
-    if (w->queued && n->m->queue_timeout_ms <= 0)
+    if (list_linked(&w->link) && n->m->queue_timeout_ms <= 0)
         on_queue_timeout(p->r, w); /* queue_timeout 0: a slot now or nothing */
     pool_node_unref(n);
 }
@@ -318,7 +320,10 @@ void pool_acquire(struct pool_node *n, struct pool_waiter *w)
 static struct pool_inst *pick(struct pool_node *n)
 {
     struct pool_inst *best = NULL;
-    for (struct pool_inst *i = n->pool->insts; i; i = i->next) {
+    struct list_head *pos;
+    list_for_each(pos, &n->pool->insts)
+    {
+        struct pool_inst *i = list_entry(pos, struct pool_inst, link);
         if (i->node != n || i->state != POOL_READY || i->m != n->m ||
             i->busy >= n->m->max_concurrency)
             continue;
@@ -340,7 +345,7 @@ void pool_pump(struct pool_node *n)
     n->refs++;
     do {
         n->repump = false;
-        while (n->wq_head) {
+        while (!list_empty(&n->wq)) {
             if (p->shutting_down) {
                 fail_all_waiters(n, 503, "the worker pool is shutting down");
                 break;
@@ -362,7 +367,10 @@ void pool_pump(struct pool_node *n)
                 continue;
             }
             size_t starting = 0, live = 0;
-            for (struct pool_inst *j = p->insts; j; j = j->next) {
+            struct list_head *pos;
+            list_for_each(pos, &p->insts)
+            {
+                struct pool_inst *j = list_entry(pos, struct pool_inst, link);
                 if (j->node != n || !pool_inst_live(j))
                     continue;
                 live++;
@@ -387,10 +395,14 @@ void pool_start_failed(struct pool_node *n, struct pool_inst *i)
 {
     n->start_failures++;
     bool others = false;
-    for (struct pool_inst *j = n->pool->insts; j; j = j->next)
+    struct list_head *pos;
+    list_for_each(pos, &n->pool->insts)
+    {
+        struct pool_inst *j = list_entry(pos, struct pool_inst, link);
         if (j != i && j->node == n && j->m == n->m &&
             (j->state == POOL_READY || j->state == POOL_STARTING))
             others = true;
+    }
     /* With no other instance coming, every waiter would only wait for the next start
      * of a worker that just failed: fail them all, the next call tries again. */
     size_t k = others ? MOTOR_MIN(n->n_waiting, (size_t)i->m->max_concurrency) : n->n_waiting;
@@ -401,7 +413,7 @@ void pool_start_failed(struct pool_node *n, struct pool_inst *i)
     json_t *extra = json_object();
     json_object_set_new(extra, "instance_id", json_string(i->id));
     json_object_set_new(extra, "stderr_tail", pool_lines_json(i->error_tail));
-    for (size_t j = 0; j < k && n->wq_head; j++) {
+    for (size_t j = 0; j < k && !list_empty(&n->wq); j++) {
         struct pool_waiter *w = pop_head(n);
         n->calls_failed++;
         w->failed(w, 503, msg, extra);
@@ -429,9 +441,12 @@ void pool_release(struct pool_inst *i)
 size_t pool_live_instances(const struct pool *p)
 {
     size_t k = 0;
-    for (const struct pool_inst *i = p->insts; i; i = i->next)
-        if (pool_inst_live(i))
+    const struct list_head *pos;
+    list_for_each(pos, &p->insts)
+    {
+        if (pool_inst_live(list_entry(pos, struct pool_inst, link)))
             k++;
+    }
     return k;
 }
 
@@ -444,17 +459,6 @@ static void on_shutdown_timer(struct reactor *r, void *arg)
         done(p->shutdown_arg);
 }
 
-static void unlink_inst(struct pool *p, struct pool_inst *i)
-{
-    if (i->prev)
-        i->prev->next = i->next;
-    else
-        p->insts = i->next;
-    if (i->next)
-        i->next->prev = i->prev;
-    i->prev = i->next = NULL;
-}
-
 void pool_inst_ended(struct pool_inst *i)
 {
     struct pool *p = i->pool;
@@ -463,18 +467,18 @@ void pool_inst_ended(struct pool_inst *i)
     p->n_ended++;
     /* Keep the newest ended instances for the admin API; the database has them all. */
     if (p->n_ended > POOL_KEEP_ENDED) {
-        struct pool_inst *last = NULL;
-        for (struct pool_inst *j = p->insts; j; j = j->next)
-            last = j;
-        for (struct pool_inst *j = last; j && p->n_ended > POOL_KEEP_ENDED;) {
-            struct pool_inst *prev = j->prev;
+        /* Oldest first: from the tail towards the head, the previous node read before
+         * this one may be freed. */
+        struct list_head *pos, *prev;
+        for (pos = p->insts.prev; pos != &p->insts && p->n_ended > POOL_KEEP_ENDED; pos = prev) {
+            prev = pos->prev;
+            struct pool_inst *j = list_entry(pos, struct pool_inst, link);
             if (j != i && !pool_inst_live(j) && j->state != POOL_READY && j->busy == 0 &&
-                !j->calls_head) {
-                unlink_inst(p, j);
+                list_empty(&j->calls_head)) {
+                list_remove(&j->link);
                 p->n_ended--;
                 pool_inst_destroy(j);
             }
-            j = prev;
         }
     }
     if (n->deleted && n->del_done && !node_has_live(n)) {
@@ -568,6 +572,9 @@ static char *abs_path(const char *path)
 struct pool *pool_new(struct reactor *r, const struct pool_config *cfg)
 {
     struct pool *p = xcalloc(1, sizeof(*p));
+    list_init(&p->nodes);
+    list_init(&p->insts);
+    list_init(&p->calls);
     p->r = r;
     p->cfg = *cfg;
     p->manifests_dir = abs_path(cfg->manifests_dir);
@@ -612,9 +619,7 @@ struct pool *pool_new(struct reactor *r, const struct pool_config *cfg)
             goto fail;
         }
     }
-    size_t nn = 0;
-    for (struct pool_node *n = p->nodes; n; n = n->next)
-        nn++;
+    size_t nn = list_count(&p->nodes);
     log_info("pool_started", LF_STR("db", *p->db_path ? p->db_path : ":memory:"),
              LF_STR("manifests_dir", p->manifests_dir), LF_INT("nodes", (int64_t)nn));
     return p;
@@ -632,10 +637,16 @@ void pool_shutdown(struct pool *p, void (*done)(void *arg), void *arg)
         p->shutting_down = true;
         log_info("pool_shutting_down", LF_INT("live_instances", (int64_t)pool_live_instances(p)));
         pool_api_drop_calls(p, "the worker pool is shutting down");
-        for (struct pool_node *n = p->nodes; n; n = n->next)
-            fail_all_waiters(n, 503, "the worker pool is shutting down");
-        for (struct pool_inst *i = p->insts; i; i = i->next)
-            pool_inst_stop(i, "pool shutdown");
+        struct list_head *pos;
+        list_for_each(pos, &p->nodes)
+        {
+            fail_all_waiters(list_entry(pos, struct pool_node, link), 503,
+                             "the worker pool is shutting down");
+        }
+        list_for_each(pos, &p->insts) /* not _safe: see pool_node_put */
+        {
+            pool_inst_stop(list_entry(pos, struct pool_inst, link), "pool shutdown");
+        }
     }
     if (pool_live_instances(p) == 0)
         reactor_timer_start(p->r, &p->shutdown_timer, 0, 0);
@@ -647,35 +658,44 @@ void pool_free(struct pool *p)
         return;
     p->shutting_down = true;
     pool_api_drop_calls(p, "the worker pool is shutting down");
-    for (struct pool_node *n = p->nodes; n; n = n->next)
-        fail_all_waiters(n, 503, "the worker pool is shutting down");
+    struct list_head *pos;
+    list_for_each(pos, &p->nodes)
+    {
+        fail_all_waiters(list_entry(pos, struct pool_node, link), 503,
+                         "the worker pool is shutting down");
+    }
     /* A last chance to exit cleanly (flush, remove temp files), bounded: shutdown
      * must not hang on a worker that ignores SIGTERM. */
     bool any = false;
-    for (struct pool_inst *i = p->insts; i; i = i->next)
+    list_for_each(pos, &p->insts)
+    {
+        struct pool_inst *i = list_entry(pos, struct pool_inst, link);
         if (i->proc && i->proc_alive && proc_signal(i->proc, SIGTERM) == 0)
             any = true;
+    }
     if (any) {
         int64_t deadline = util_mono_ms() + MOTOR_MIN(p->cfg.stop_grace_ms, 2000);
         for (;;) {
             bool all = true;
-            for (struct pool_inst *i = p->insts; i && all; i = i->next)
+            for (pos = p->insts.next; pos != &p->insts && all; pos = pos->next) {
+                struct pool_inst *i = list_entry(pos, struct pool_inst, link);
                 if (i->proc && i->proc_alive && !pool_inst_exited(i))
                     all = false;
+            }
             if (all || util_mono_ms() >= deadline)
                 break;
             struct timespec ts = {0, 10 * 1000 * 1000};
             nanosleep(&ts, NULL);
         }
     }
-    while (p->insts) {
-        struct pool_inst *i = p->insts;
-        unlink_inst(p, i);
+    while (!list_empty(&p->insts)) {
+        struct pool_inst *i = list_entry(p->insts.next, struct pool_inst, link);
+        list_remove(&i->link);
         pool_inst_destroy(i);
     }
-    while (p->nodes) {
-        struct pool_node *n = p->nodes;
-        p->nodes = n->next;
+    while (!list_empty(&p->nodes)) {
+        struct pool_node *n = list_entry(p->nodes.next, struct pool_node, link);
+        list_remove(&n->link);
         n->deleted = true;
         pool_node_unref(n);
     }

@@ -515,10 +515,8 @@ struct pool_inst *pool_inst_start(struct pool_node *n)
     i->started_ms = util_mono_ms();
     i->started_wall = util_wall_ms();
     i->ready_deadline_ms = i->started_ms + i->m->ready_timeout_ms;
-    i->next = p->insts;
-    if (p->insts)
-        p->insts->prev = i;
-    p->insts = i;
+    list_init(&i->calls_head);
+    list_insert_head(&p->insts, &i->link);
     n->starts++;
     pool_store_transition(p->store, i->id, n->id, NULL, "starting", "call waiting",
                           i->started_wall);
@@ -547,9 +545,13 @@ void pool_inst_destroy(struct pool_inst *i)
     }
     if (n->deleted && n->del_done) {
         bool live = false;
-        for (struct pool_inst *j = p->insts; j; j = j->next)
+        struct list_head *pos;
+        list_for_each(pos, &p->insts)
+        {
+            struct pool_inst *j = list_entry(pos, struct pool_inst, link);
             if (j != i && j->node == n && pool_inst_live(j))
                 live = true;
+        }
         if (!live) {
             void (*done)(void *) = n->del_done;
             n->del_done = NULL;

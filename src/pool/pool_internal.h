@@ -16,6 +16,7 @@
 #include "common/cfg.h"
 #include "common/httpc.h"
 #include "common/httpd.h"
+#include "common/list.h"
 #include "common/proc.h"
 #include "common/reactor.h"
 #include "common/ring.h"
@@ -154,7 +155,7 @@ struct pool_inst {
     struct pool *pool;
     struct pool_node *node;
     struct pool_manifest *m; /* the manifest it was started with */
-    struct pool_inst *prev, *next; /* pool->insts */
+    struct list_head link;   /* on pool->insts */
     char id[24];                   /* "ni_" + 12 hex */
     enum pool_state state;
 
@@ -168,7 +169,8 @@ struct pool_inst {
 
     int busy;          /* calls holding a slot */
     uint64_t calls;    /* calls granted over the lifetime */
-    struct pool_call *calls_head; /* calls in flight on it (crash => failed at once) */
+    struct list_head calls_head; /* pool_call.ilink: calls in flight on it (crash => failed
+                                  * at once) */
 
     int64_t started_ms, ready_ms, last_used_ms, ended_ms; /* CLOCK_MONOTONIC */
     int64_t started_wall, ready_wall, last_used_wall, ended_wall;
@@ -231,9 +233,8 @@ bool pool_inst_live(const struct pool_inst *i);
 
 /* A call waiting for (or holding) a slot. Embedded in the caller's object. */
 struct pool_waiter {
-    struct pool_waiter *prev, *next; /* node->wq while queued */
+    struct list_head link; /* on node->wq while queued (linked <=> queued) */
     struct pool_node *node;
-    bool queued;
     int64_t enq_ms;
     struct reactor_timer timer; /* queue deadline */
     /* A slot on inst was taken for this waiter (inst->busy already counted). */
@@ -245,12 +246,12 @@ struct pool_waiter {
 
 struct pool_node {
     struct pool *pool;
-    struct pool_node *prev, *next; /* pool->nodes */
+    struct list_head link; /* on pool->nodes */
     char *id;
     struct pool_manifest *m; /* current manifest */
     char *source;            /* "api" or the file it came from */
     int64_t registered_wall;
-    struct pool_waiter *wq_head, *wq_tail; /* FIFO */
+    struct list_head wq; /* pool_waiter.link, FIFO: oldest first */
     size_t n_waiting;
     bool deleted; /* removed from the registry; freed when no instance refers to it */
     int refs;     /* instances referring to it + 1 while registered */
@@ -269,10 +270,11 @@ struct pool {
     char *manifests_dir, *db_path, *base_dir;
     struct pool_store *store;
     struct httpc *http; /* health checks and invokes */
-    struct pool_node *nodes;
-    struct pool_inst *insts; /* every instance in memory, newest first */
+    struct list_head nodes;  /* pool_node.link, newest first */
+    struct list_head insts;  /* pool_inst.link: every instance in memory, newest first */
     size_t n_ended;          /* stopped/error instances kept in memory */
-    struct pool_call *calls; /* every invoke request the pool holds */
+    struct list_head calls;  /* pool_call.link: every invoke request the pool holds, newest
+                              * first */
     bool shutting_down;
     void (*shutdown_done)(void *arg);
     void *shutdown_arg;

@@ -21,7 +21,7 @@
 
 /* ---- fixtures ------------------------------------------------------------------------- */
 
-#define MAX_SPAWNED 64
+#define MAX_SPAWNED 128
 
 static struct pool_inst *spawned[MAX_SPAWNED];
 static int n_spawned;
@@ -130,9 +130,13 @@ static struct pool_node *add_node(struct fx *f, const char *json)
 static int count_state(struct fx *f, struct pool_node *n, enum pool_state s)
 {
     int k = 0;
-    for (struct pool_inst *i = f->p->insts; i; i = i->next)
+    struct list_head *pos;
+    list_for_each(pos, &f->p->insts)
+    {
+        struct pool_inst *i = list_entry(pos, struct pool_inst, link);
         if (i->node == n && i->state == s)
             k++;
+    }
     return k;
 }
 
@@ -598,6 +602,49 @@ static void test_shutdown_fails_waiters(void **state)
     assert_non_null(strstr(w2.msg, "shutting down"));
 }
 
+/* Only the newest POOL_KEEP_ENDED ended instances stay in memory: trimming walks from
+ * the oldest (the list's tail) and skips live ones, so what is left is the newest ended
+ * ones, newest first, plus an older live instance. */
+static void test_trims_oldest_ended_first(void **state)
+{
+    struct fx *f = *state;
+    struct pool_node *warm = add_node(f, "{\"id\":\"w\",\"command\":[\"x\"],\"keep_warm\":true}");
+    struct tw w0;
+    tw_init(&w0, 0);
+    pool_acquire(warm, &w0.w);
+    pool_inst_mark_ready(spawned[0], 5000);
+    assert_int_equal(w0.status, 200);
+    pool_release(w0.got); /* ready and idle: live, the oldest instance */
+
+    struct pool_node *n = add_node(f, "{\"id\":\"e\",\"command\":[\"x\"]}");
+    enum { EXTRA = 5 };
+    const int total = POOL_KEEP_ENDED + EXTRA;
+    assert_true(1 + total <= MAX_SPAWNED);
+    for (int k = 0; k < total; k++) {
+        struct tw w;
+        tw_init(&w, k + 1);
+        fail_spawns = 1; /* each call's instance fails to start: ended at once */
+        pool_acquire(n, &w.w);
+        assert_int_equal(w.status, 503);
+    }
+    assert_int_equal(n_spawned, 1 + total);
+    assert_int_equal(f->p->n_ended, POOL_KEEP_ENDED);
+    /* Newest first: spawned[total], ..., spawned[1 + EXTRA], then the warm one. */
+    int idx = total;
+    struct list_head *pos;
+    list_for_each(pos, &f->p->insts)
+    {
+        struct pool_inst *i = list_entry(pos, struct pool_inst, link);
+        if (idx > EXTRA)
+            assert_ptr_equal(i, spawned[idx--]);
+        else
+            assert_ptr_equal(i, spawned[0]);
+    }
+    assert_int_equal(idx, EXTRA);
+    assert_int_equal(list_count(&f->p->insts), POOL_KEEP_ENDED + 1);
+    assert_int_equal(spawned[0]->state, POOL_READY);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -620,6 +667,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_records_in_store, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shutdown_fails_waiters, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_trims_oldest_ended_first, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
