@@ -101,7 +101,7 @@ static void h_pause(struct httpd_req *req, void *arg)
     json_t *targets = json_array();
     for (size_t i = 0; i < nm->n_eps; i++) {
         struct nm_endpoint *e = nm->eps[i];
-        if (e->retired)
+        if (nm_engine_retired(e))
             continue;
         nm_engine_set_status(e, WIRE_EP_PAUSED, "pause");
         if (!e->ep.headless) {
@@ -123,10 +123,11 @@ static void h_resume(struct httpd_req *req, void *arg)
     struct nodemgr *nm = arg;
     for (size_t i = 0; i < nm->n_eps; i++) {
         struct nm_endpoint *e = nm->eps[i];
-        if (e->retired || e->status != WIRE_EP_PAUSED)
+        if (nm_engine_retired(e) || e->status != WIRE_EP_PAUSED)
             continue;
         /* Upstream sets NORMAL blindly; an engine that died while paused is abnormal. */
-        nm_engine_set_status(e, nm_status_from_runtime(e->rt, WIRE_EP_NORMAL), "resume");
+        nm_engine_set_status(
+            e, nm_status_from_runtime(nm_engine_state_runtime(e->state), WIRE_EP_NORMAL), "resume");
     }
     log_info("endpoints_resumed", LF_INT("endpoints", nm->n_eps));
     httpd_respond_json(
@@ -149,7 +150,8 @@ static void h_engines(struct httpd_req *req, void *arg)
         o, "restart_policy",
         json_string(nm->cfg->restart_policy == NM_RESTART_LOCAL ? "local" : "controller"));
     json_object_set_new(o, "generation", json_integer((json_int_t)nm->generation));
-    json_object_set_new(o, "relaunching", json_boolean(nm->relaunching));
+    json_object_set_new(o, "phase", json_string(nm_phase_str(nm->phase)));
+    json_object_set_new(o, "relaunching", json_boolean(nm_relaunching(nm)));
     json_object_set_new(o, "relaunch_count", json_integer(nm->relaunch_count));
     json_object_set_new(o, "in_grace", json_boolean(nm->grace));
     json_object_set_new(o, "frozen", json_boolean(nm_frozen(nm)));
@@ -296,6 +298,8 @@ int nm_api_init(struct nodemgr *nm)
     /* Extension routes first (the first matching route wins). */
     int rc = nm_ft_init(nm);
     if (rc < 0)
+        return rc;
+    if ((rc = nm_scaledown_init(nm)) < 0)
         return rc;
     if ((rc = nm_pool_init(nm)) < 0)
         return rc;

@@ -1,10 +1,10 @@
 /* nm_arbiter — suicide arbitration (§2.5): the single decision point for asking
- * Kubernetes to restart the pod (exit 255), and the reports of engines that died or
- * stay abnormal.
+ * Kubernetes to restart the pod (exit 255), the freeze deadlines and the grace period.
  *
  * The round itself is a pure function over a snapshot of the endpoints
  * (nm_arbiter_round, unit-tested); the glue below feeds it from the daemon every
- * heartbeat_interval_seconds, sends the reports and acts on the suicide flag. */
+ * heartbeat_interval_seconds, has the endpoints it found abnormal reported
+ * (nm_death_report_abnormal) and acts on the suicide flag. */
 #include "nodemgr/nm_internal.h"
 
 #include "common/log.h"
@@ -146,125 +146,13 @@ void nm_grace_end(struct nodemgr *nm, const char *cause)
              LF_INT("after_ms", util_mono_ms() - nm->grace_since_ms));
 }
 
-/* Context of a report in flight: the endpoint is looked up again by id when the answer
- * comes, since a new start command may have replaced the endpoint set meanwhile. */
-struct report_ctx {
-    int64_t endpoint_id;
-    uint64_t generation;
-    pid_t pid;
-    bool death;
-    int64_t exited_ms;
-};
-
-static struct nm_endpoint *ctx_endpoint(struct nodemgr *nm, const struct report_ctx *x)
-{
-    if (x->generation != nm->generation)
-        return NULL;
-    return nm_engine_find(nm, x->endpoint_id);
-}
-
-static void on_report_done(struct nodemgr *nm, bool accepted, void *arg)
-{
-    struct report_ctx *x = arg;
-    struct nm_endpoint *e = ctx_endpoint(nm, x);
-    if (x->death && x->exited_ms > 0)
-        metrics_histogram_observe(nm->m.death_report_latency,
-                                  (double)(util_mono_ms() - x->exited_ms) / 1000.0);
-    if (e) {
-        if (!x->death)
-            e->reported_abnormal = false; /* the in-flight mark; set for real below */
-        if (accepted) {
-            /* One fault episode: a death already delivered is not reported again as
-             * "abnormal" by the arbiter. */
-            e->reported_abnormal = true;
-            if (x->death)
-                e->reported_dead_pid = x->pid;
-        }
-    }
-    /* Freeze only when the Controller took it and will relaunch: otherwise the
-     * container-restart fallback must stay live (§2.4). */
-    if (accepted && nm->cfg->ft.enable_engine_relaunch && !nm->shutting_down)
-        nm_freeze(nm, NM_FREEZE_FAULT, nm_config_ms(nm->cfg->ft.engine_restart_wait_timeout_sec),
-                  x->death ? "engine death reported" : "abnormal endpoint reported");
-    free(x);
-}
-
-static void send_report(struct nodemgr *nm, struct nm_endpoint *e, const char *type,
-                        const char *message, json_t *info, struct report_ctx *x)
-{
-    struct wire_fault_report rep = {0};
-    rep.exception_type = xstrdup(type);
-    rep.exception_message = xstrdup(message);
-    rep.engine_id = e->ep.id;
-    rep.engine_status = WIRE_ENGINE_DEAD;
-    rep.pod_ip = xstrdup(nm->cfg->pod_ip);
-    if (nm->launch) {
-        rep.has_instance_id = true;
-        rep.instance_id = nm->launch->instance_id;
-    }
-    rep.node_manager_port = nm->api_port;
-    rep.additional_info = info;
-    nm_ctrl_report_fault(nm, &rep, on_report_done, x, free);
-}
-
-void nm_report_death(struct nm_endpoint *e, const struct proc_status *st, int64_t exited_ms)
-{
-    struct nodemgr *nm = e->nm;
-    if (e->retired || e->reported_dead_pid == e->pid)
-        return;
-    char msg[256];
-    if (st->signo > 0)
-        snprintf(msg, sizeof(msg), "engine process %d of endpoint %lld was killed by signal %d%s",
-                 (int)e->pid, (long long)e->ep.id, st->signo,
-                 st->core_dumped ? " (core dumped)" : "");
-    else
-        snprintf(msg, sizeof(msg), "engine process %d of endpoint %lld exited with status %d",
-                 (int)e->pid, (long long)e->ep.id, st->code);
-    json_t *info = json_pack("{s:i, s:i, s:i, s:b, s:I, s:s}", "pid", (int)e->pid, "exit_code",
-                             st->code, "signal", st->signo, "core_dumped", st->core_dumped,
-                             "uptime_ms", (json_int_t)e->last_exit_uptime_ms, "source", "pidfd");
-    struct report_ctx *x = xcalloc(1, sizeof(*x));
-    x->endpoint_id = e->ep.id;
-    x->generation = nm->generation;
-    x->pid = e->pid;
-    x->death = true;
-    x->exited_ms = exited_ms;
-    log_warn("engine_death_reporting", LF_INT("endpoint_id", e->ep.id), LF_INT("pid", e->pid),
-             LF_INT("exit_code", st->code), LF_INT("signal", st->signo));
-    send_report(nm, e, "EngineDeadError", msg, info, x);
-}
-
-static void report_abnormal(struct nodemgr *nm, struct nm_endpoint *e)
-{
-    if (!nm->ctrl.enabled) {
-        /* Standalone: nobody to tell; once per episode in the log is enough. */
-        e->reported_abnormal = true;
-        log_warn("endpoint_abnormal", LF_INT("endpoint_id", e->ep.id),
-                 LF_STR("runtime", nm_runtime_str(e->rt)));
-        return;
-    }
-    char msg[256];
-    snprintf(msg, sizeof(msg), "endpoint %lld is abnormal (engine %s)", (long long)e->ep.id,
-             nm_runtime_str(e->rt));
-    json_t *info = json_pack("{s:s, s:s, s:i}", "runtime_state", nm_runtime_str(e->rt), "source",
-                             "arbitration", "pid", (int)e->pid);
-    struct report_ctx *x = xcalloc(1, sizeof(*x));
-    x->endpoint_id = e->ep.id;
-    x->generation = nm->generation;
-    x->pid = e->pid;
-    e->reported_abnormal = true; /* in flight: no duplicate next round */
-    log_warn("endpoint_abnormal_reporting", LF_INT("endpoint_id", e->ep.id),
-             LF_STR("runtime", nm_runtime_str(e->rt)));
-    send_report(nm, e, "EngineDeadError", msg, info, x);
-}
-
 static void arb_tick(struct reactor *r, void *arg)
 {
     (void)r;
     struct nodemgr *nm = arg;
-    if (nm->shutting_down || nm->n_eps == 0)
+    if (nm_shutting_down(nm) || nm->n_eps == 0)
         return;
-    nm_ft_before_arbitration(nm);
+    nm_scaledown_before_arbitration(nm);
     int64_t now = util_mono_ms();
     /* Fix of §12.8: the grace period also ends when the startup window is over, so an
      * engine that hangs while loading counts as abnormal instead of blocking forever. */
@@ -277,7 +165,7 @@ static void arb_tick(struct reactor *r, void *arg)
         struct nm_endpoint *e = nm->eps[i];
         v[i].id = e->ep.id;
         v[i].status = e->status;
-        v[i].excluded = e->retired || e->restart_pending;
+        v[i].excluded = nm_engine_excluded(e);
         v[i].ever_normal = e->ever_normal;
         v[i].reported = e->reported_abnormal;
     }
@@ -298,7 +186,7 @@ static void arb_tick(struct reactor *r, void *arg)
             nm->eps[i]->reported_abnormal = false;
     }
     for (size_t k = 0; k < n_report; k++)
-        report_abnormal(nm, nm->eps[idx[k]]);
+        nm_death_report_abnormal(nm->eps[idx[k]]);
     free(v);
     free(idx);
     if (out == NM_ARB_ABNORMAL)

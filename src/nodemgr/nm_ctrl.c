@@ -83,7 +83,7 @@ static void ctrl_post(struct nodemgr *nm, const char *path, json_t *body, int64_
  * are taking down ourselves), no registration, no fault report. */
 static bool ctrl_silenced(const struct nodemgr *nm)
 {
-    return nm->shutting_down || nm->exiting;
+    return nm_stopping(nm);
 }
 
 static bool status_2xx(const struct httpc_response *resp)
@@ -382,7 +382,7 @@ json_t *nm_ctrl_heartbeat_body(struct nodemgr *nm)
     struct wire_hb_status *st = xcalloc(nm->n_eps ? nm->n_eps : 1, sizeof(*st));
     size_t n = 0;
     for (size_t i = 0; i < nm->n_eps; i++) {
-        if (nm->eps[i]->retired)
+        if (nm_engine_retired(nm->eps[i]))
             continue; /* committed scale-down: the Controller expects them absent */
         st[n].endpoint_id = nm->eps[i]->ep.id;
         st[n].status = nm->eps[i]->status;

@@ -1,9 +1,17 @@
-/* nm_engine — the engine service: one supervised process per endpoint.
+/* nm_engine — the engine service: one supervised process per endpoint, and its state
+ * machine.
  *
  * Spawn (proc: own session, PDEATHSIG, pidfd), death the instant it happens (the pidfd
  * fires, the group is swept), /health probing of every endpoint concurrently (§6.5),
  * the runtime-state -> endpoint-status mapping (§2.9), the local restart policy, and the
- * engines' output (in-memory tail, rotated file, passthrough to the NM's stdout). */
+ * engines' output (in-memory tail, rotated file, passthrough to the NM's stdout).
+ *
+ * Every change of an endpoint's engine state goes through nm_engine_event(): the
+ * callbacks here (pidfd exit, probe answers, the backoff timer) and the group operations
+ * (spawn, stop, kill, rollback, retire) only raise events; nm_engine_table says what each
+ * does in each state. Actions do what is local to the engine (processes, timers,
+ * status); everything else the node manager does about a transition is the
+ * dispatcher's (nm_phase_engine), called after each one. */
 #include "nodemgr/nm_internal.h"
 
 #include "common/log.h"
@@ -20,6 +28,245 @@
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
+
+/* ---- the state table ------------------------------------------------------------------ */
+
+/* One line per cell: the table reads as the table it is. */
+/* clang-format off */
+#define C(a, n) {NM_EA_##a, NM_ES_##n}
+/* Rows: states; columns: events. A missing cell is {0, 0} = NM_EA_ILLEGAL. */
+const struct nm_engine_cell nm_engine_table[NM_ES_COUNT][NM_EV_COUNT] = {
+    [NM_ES_STOPPED] = {
+        [NM_EV_SPAWNED] = C(SPAWNED, STARTING),
+        [NM_EV_STOP] = C(NONE, STOPPED),
+        [NM_EV_KILL] = C(NONE, STOPPED),
+        [NM_EV_ROLLBACK] = C(ROLLBACK, STOPPED),
+        [NM_EV_BACKOFF] = C(BACKOFF, BACKOFF),
+        [NM_EV_GIVE_UP] = C(GIVE_UP, FAILED),
+        [NM_EV_RETIRE] = C(RETIRE, RETIRED_STOPPED),
+        [NM_EV_RESET] = C(RESET, STOPPED),
+    },
+    [NM_ES_STARTING] = {
+        [NM_EV_EXITED] = C(DIED, STOPPED),
+        [NM_EV_GONE] = C(GONE, STOPPED),
+        [NM_EV_PROBE_OK] = C(PROBED, READY),
+        [NM_EV_PROBE_FAILED] = C(PROBED, STARTING),
+        [NM_EV_STARTUP_TIMEOUT] = C(PROBED, UNHEALTHY),
+        [NM_EV_ALIVE] = C(PROBED, RUNNING),
+        [NM_EV_STOP] = C(STOP, STOPPING),
+        [NM_EV_KILL] = C(KILL, STOPPED),
+        [NM_EV_ROLLBACK] = C(ROLLBACK, STOPPED),
+        [NM_EV_RETIRE] = C(RETIRE, RETIRED),
+        [NM_EV_RESET] = C(RESET, STARTING),
+    },
+    [NM_ES_RUNNING] = {
+        [NM_EV_EXITED] = C(DIED, STOPPED),
+        [NM_EV_GONE] = C(GONE, STOPPED),
+        [NM_EV_ALIVE] = C(PROBED, RUNNING),
+        [NM_EV_STOP] = C(STOP, STOPPING),
+        [NM_EV_KILL] = C(KILL, STOPPED),
+        [NM_EV_ROLLBACK] = C(ROLLBACK, STOPPED),
+        [NM_EV_RETIRE] = C(RETIRE, RETIRED),
+        [NM_EV_RESET] = C(RESET, RUNNING),
+    },
+    [NM_ES_READY] = {
+        [NM_EV_EXITED] = C(DIED, STOPPED),
+        [NM_EV_GONE] = C(GONE, STOPPED),
+        [NM_EV_PROBE_OK] = C(PROBED, READY),
+        [NM_EV_PROBE_FAILED] = C(PROBED, UNHEALTHY),
+        [NM_EV_STARTUP_TIMEOUT] = C(PROBED, UNHEALTHY),
+        [NM_EV_STOP] = C(STOP, STOPPING),
+        [NM_EV_KILL] = C(KILL, STOPPED),
+        [NM_EV_ROLLBACK] = C(ROLLBACK, STOPPED),
+        [NM_EV_RETIRE] = C(RETIRE, RETIRED),
+        [NM_EV_RESET] = C(RESET, READY),
+    },
+    [NM_ES_UNHEALTHY] = {
+        [NM_EV_EXITED] = C(DIED, STOPPED),
+        [NM_EV_GONE] = C(GONE, STOPPED),
+        [NM_EV_PROBE_OK] = C(PROBED, READY),
+        [NM_EV_PROBE_FAILED] = C(PROBED, UNHEALTHY),
+        [NM_EV_STARTUP_TIMEOUT] = C(PROBED, UNHEALTHY),
+        [NM_EV_STOP] = C(STOP, STOPPING),
+        [NM_EV_KILL] = C(KILL, STOPPED),
+        [NM_EV_ROLLBACK] = C(ROLLBACK, STOPPED),
+        [NM_EV_RETIRE] = C(RETIRE, RETIRED),
+        [NM_EV_RESET] = C(RESET, UNHEALTHY),
+    },
+    [NM_ES_STOPPING] = {
+        [NM_EV_EXITED] = C(STOPPED, STOPPED),
+        [NM_EV_GONE] = C(NONE, STOPPING),
+        [NM_EV_STOP] = C(NONE, STOPPING), /* counted by the first stop */
+        [NM_EV_KILL] = C(KILL, STOPPED),
+        [NM_EV_ROLLBACK] = C(ROLLBACK, STOPPED),
+        [NM_EV_RETIRE] = C(RETIRE, RETIRED_STOPPING),
+        [NM_EV_RESET] = C(RESET, STOPPING),
+    },
+    [NM_ES_BACKOFF] = {
+        [NM_EV_SPAWNED] = C(SPAWNED, STARTING),
+        [NM_EV_SPAWN_FAILED] = C(SPAWN_FAILED, STOPPED),
+        [NM_EV_STOP] = C(CANCEL_RESTART, STOPPED),
+        [NM_EV_KILL] = C(CANCEL_RESTART, STOPPED),
+        [NM_EV_ROLLBACK] = C(ROLLBACK, BACKOFF),
+        [NM_EV_RESTART_DUE] = C(RESTART, BACKOFF),
+        [NM_EV_RETIRE] = C(RETIRE, RETIRED_STOPPED),
+        [NM_EV_RESET] = C(RESET, STOPPED),
+    },
+    [NM_ES_FAILED] = {
+        [NM_EV_SPAWNED] = C(SPAWNED, STARTING),
+        [NM_EV_STOP] = C(NONE, FAILED),
+        [NM_EV_KILL] = C(NONE, FAILED),
+        [NM_EV_ROLLBACK] = C(ROLLBACK, FAILED),
+        [NM_EV_RETIRE] = C(RETIRE, RETIRED_STOPPED),
+        [NM_EV_RESET] = C(RESET, STOPPED),
+    },
+    [NM_ES_RETIRED] = {
+        [NM_EV_EXITED] = C(DIED_RETIRED, RETIRED_STOPPED),
+        [NM_EV_GONE] = C(GONE, RETIRED_STOPPED),
+        [NM_EV_STOP] = C(STOP, RETIRED_STOPPING),
+        [NM_EV_KILL] = C(KILL, RETIRED_STOPPED),
+        [NM_EV_ROLLBACK] = C(NONE, RETIRED),
+        [NM_EV_RETIRE] = C(NONE, RETIRED),
+        [NM_EV_RESET] = C(RESET, RETIRED),
+    },
+    [NM_ES_RETIRED_STOPPING] = {
+        [NM_EV_EXITED] = C(STOPPED, RETIRED_STOPPED),
+        [NM_EV_GONE] = C(NONE, RETIRED_STOPPING),
+        [NM_EV_STOP] = C(NONE, RETIRED_STOPPING),
+        [NM_EV_KILL] = C(KILL, RETIRED_STOPPED),
+        [NM_EV_ROLLBACK] = C(NONE, RETIRED_STOPPING),
+        [NM_EV_RETIRE] = C(NONE, RETIRED_STOPPING),
+        [NM_EV_RESET] = C(RESET, RETIRED_STOPPING),
+    },
+    [NM_ES_RETIRED_STOPPED] = {
+        [NM_EV_STOP] = C(NONE, RETIRED_STOPPED),
+        [NM_EV_KILL] = C(NONE, RETIRED_STOPPED),
+        [NM_EV_ROLLBACK] = C(NONE, RETIRED_STOPPED),
+        [NM_EV_RETIRE] = C(NONE, RETIRED_STOPPED),
+        [NM_EV_RESET] = C(RESET, RETIRED_STOPPED),
+    },
+};
+#undef C
+/* clang-format on */
+
+static const char *const state_names[NM_ES_COUNT] = {
+    [NM_ES_STOPPED] = "stopped",
+    [NM_ES_STARTING] = "starting",
+    [NM_ES_RUNNING] = "running",
+    [NM_ES_READY] = "ready",
+    [NM_ES_UNHEALTHY] = "unhealthy",
+    [NM_ES_STOPPING] = "stopping",
+    [NM_ES_BACKOFF] = "backoff",
+    [NM_ES_FAILED] = "failed",
+    [NM_ES_RETIRED] = "retired",
+    [NM_ES_RETIRED_STOPPING] = "retired_stopping",
+    [NM_ES_RETIRED_STOPPED] = "retired_stopped",
+};
+
+static const char *const event_names[NM_EV_COUNT] = {
+    [NM_EV_SPAWNED] = "spawned",
+    [NM_EV_SPAWN_FAILED] = "spawn_failed",
+    [NM_EV_EXITED] = "exited",
+    [NM_EV_GONE] = "gone",
+    [NM_EV_PROBE_OK] = "probe_ok",
+    [NM_EV_PROBE_FAILED] = "probe_failed",
+    [NM_EV_STARTUP_TIMEOUT] = "startup_timeout",
+    [NM_EV_ALIVE] = "alive",
+    [NM_EV_STOP] = "stop",
+    [NM_EV_KILL] = "kill",
+    [NM_EV_ROLLBACK] = "rollback",
+    [NM_EV_BACKOFF] = "backoff",
+    [NM_EV_GIVE_UP] = "give_up",
+    [NM_EV_RESTART_DUE] = "restart_due",
+    [NM_EV_RETIRE] = "retire",
+    [NM_EV_RESET] = "reset",
+};
+
+static const char *const action_names[NM_EA_COUNT] = {
+    [NM_EA_ILLEGAL] = "illegal",   [NM_EA_NONE] = "none",
+    [NM_EA_SPAWNED] = "spawned",   [NM_EA_SPAWN_FAILED] = "spawn_failed",
+    [NM_EA_DIED] = "died",         [NM_EA_DIED_RETIRED] = "died_retired",
+    [NM_EA_STOPPED] = "stopped",   [NM_EA_GONE] = "gone",
+    [NM_EA_PROBED] = "probed",     [NM_EA_STOP] = "stop",
+    [NM_EA_KILL] = "kill",         [NM_EA_CANCEL_RESTART] = "cancel_restart",
+    [NM_EA_ROLLBACK] = "rollback", [NM_EA_BACKOFF] = "backoff",
+    [NM_EA_GIVE_UP] = "give_up",   [NM_EA_RESTART] = "restart",
+    [NM_EA_RETIRE] = "retire",     [NM_EA_RESET] = "reset",
+};
+
+const char *nm_engine_state_str(enum nm_engine_state s)
+{
+    return (unsigned)s < NM_ES_COUNT ? state_names[s] : "?";
+}
+
+const char *nm_engine_event_str(enum nm_engine_event ev)
+{
+    return (unsigned)ev < NM_EV_COUNT ? event_names[ev] : "?";
+}
+
+const char *nm_engine_action_str(enum nm_engine_action a)
+{
+    return (unsigned)a < NM_EA_COUNT ? action_names[a] : "?";
+}
+
+enum nm_runtime nm_engine_state_runtime(enum nm_engine_state s)
+{
+    switch (s) {
+    case NM_ES_STARTING:
+        return NM_RT_STARTING;
+    case NM_ES_RUNNING:
+        return NM_RT_RUNNING;
+    case NM_ES_READY:
+        return NM_RT_READY;
+    case NM_ES_UNHEALTHY:
+        return NM_RT_UNHEALTHY;
+    case NM_ES_STOPPING:
+    case NM_ES_RETIRED:
+    case NM_ES_RETIRED_STOPPING:
+        return NM_RT_STOPPING;
+    case NM_ES_STOPPED:
+    case NM_ES_BACKOFF:
+    case NM_ES_FAILED:
+    case NM_ES_RETIRED_STOPPED:
+    case NM_ES_COUNT:
+        break;
+    }
+    return NM_RT_STOPPED;
+}
+
+bool nm_engine_state_has_process(enum nm_engine_state s)
+{
+    switch (s) {
+    case NM_ES_STARTING:
+    case NM_ES_RUNNING:
+    case NM_ES_READY:
+    case NM_ES_UNHEALTHY:
+    case NM_ES_STOPPING:
+    case NM_ES_RETIRED:
+    case NM_ES_RETIRED_STOPPING:
+        return true;
+    default:
+        return false;
+    }
+}
+
+bool nm_engine_state_probed(enum nm_engine_state s)
+{
+    return s == NM_ES_STARTING || s == NM_ES_RUNNING || s == NM_ES_READY || s == NM_ES_UNHEALTHY;
+}
+
+bool nm_engine_state_retired(enum nm_engine_state s)
+{
+    return s == NM_ES_RETIRED || s == NM_ES_RETIRED_STOPPING || s == NM_ES_RETIRED_STOPPED;
+}
+
+enum nm_engine_event nm_engine_probe_event(enum nm_probe_result res, int64_t since_spawn_ms,
+                                           int64_t startup_timeout_ms)
+{
+    if (res == NM_PROBE_OK)
+        return NM_EV_PROBE_OK;
+    return since_spawn_ms < startup_timeout_ms ? NM_EV_PROBE_FAILED : NM_EV_STARTUP_TIMEOUT;
+}
 
 /* ---- pure rules -------------------------------------------------------------------------- */
 
@@ -56,11 +303,16 @@ enum wire_ep_status nm_status_from_runtime(enum nm_runtime rt, enum wire_ep_stat
 enum nm_runtime nm_runtime_after_probe(enum nm_runtime cur, enum nm_probe_result res,
                                        int64_t since_spawn_ms, int64_t startup_timeout_ms)
 {
-    if (res == NM_PROBE_OK)
-        return NM_RT_READY;
-    if (cur == NM_RT_STARTING && since_spawn_ms < startup_timeout_ms)
-        return NM_RT_STARTING;
-    return NM_RT_UNHEALTHY;
+    static const enum nm_engine_state of_runtime[] = {
+        [NM_RT_STARTING] = NM_ES_STARTING, [NM_RT_RUNNING] = NM_ES_RUNNING,
+        [NM_RT_READY] = NM_ES_READY,       [NM_RT_UNHEALTHY] = NM_ES_UNHEALTHY,
+        [NM_RT_STOPPING] = NM_ES_STOPPING, [NM_RT_STOPPED] = NM_ES_STOPPED,
+    };
+    if ((unsigned)cur >= ARRAY_LEN(of_runtime))
+        return cur;
+    enum nm_engine_event ev = nm_engine_probe_event(res, since_spawn_ms, startup_timeout_ms);
+    const struct nm_engine_cell *c = &nm_engine_table[of_runtime[cur]][ev];
+    return c->act == NM_EA_ILLEGAL ? cur : nm_engine_state_runtime(c->next);
 }
 
 int64_t nm_backoff_next(int64_t cur_ms, int64_t initial_ms, int64_t max_ms)
@@ -117,12 +369,12 @@ void nm_engine_set_endpoints(struct nodemgr *nm, const struct wire_start_cmd *cm
     nm->n_eps = cmd->n_endpoints;
     nm->eps = xcalloc(nm->n_eps ? nm->n_eps : 1, sizeof(*nm->eps));
     for (size_t i = 0; i < nm->n_eps; i++) {
+        /* Zeroed: state NM_ES_STOPPED, the initial state, not a transition. */
         struct nm_endpoint *e = xcalloc(1, sizeof(*e));
         e->nm = nm;
         e->index = i;
         wire_endpoint_copy(&e->ep, &cmd->endpoints[i]);
         e->status = cmd->endpoints[i].status;
-        e->rt = NM_RT_STOPPED;
         reactor_timer_init(&e->restart_timer, restart_fire, e);
         nm->eps[i] = e;
     }
@@ -143,21 +395,212 @@ void nm_engine_set_status(struct nm_endpoint *e, enum wire_ep_status st, const c
     e->status = st;
 }
 
-static void set_runtime(struct nm_endpoint *e, enum nm_runtime rt, const char *cause)
+/* §2.9 for the state the endpoint is in now. */
+static void map_status(struct nm_endpoint *e, const char *cause)
+{
+    nm_engine_set_status(e, nm_status_from_runtime(nm_engine_state_runtime(e->state), e->status),
+                         cause);
+}
+
+/* A process the state says is there, reaped without its exit event reaching us. */
+static bool lost_exit(const struct nm_endpoint *e)
+{
+    return nm_engine_state_has_process(e->state) && e->proc && !proc_running(e->proc);
+}
+
+/* ---- the transition function ------------------------------------------------------------ */
+
+/* What an event brings besides its kind. */
+struct engine_input {
+    enum nm_engine_event ev;
+    const char *cause;
+    int64_t grace_ms; /* NM_EV_STOP */
+};
+
+/* The only writer of e->state. Leaving a state ends what belongs to it: the restart
+ * timer (backoff) and a probe in flight (probed states); entering/leaving ready keeps
+ * ready_since_ms. */
+static void set_state(struct nm_endpoint *e, enum nm_engine_state to, enum nm_engine_event ev,
+                      const char *cause)
 {
     struct nodemgr *nm = e->nm;
-    if (rt != e->rt) {
-        log_info("engine_state", LF_INT("endpoint_id", e->ep.id), LF_INT("pid", e->pid),
-                 LF_STR("from", nm_runtime_str(e->rt)), LF_STR("to", nm_runtime_str(rt)),
-                 LF_STR("cause", cause));
-        if (rt == NM_RT_READY)
-            e->ready_since_ms = util_mono_ms();
-        else if (e->rt == NM_RT_READY)
-            e->ready_since_ms = 0;
-        e->rt = rt;
+    enum nm_engine_state from = e->state;
+    if (from == to)
+        return;
+    log_info("engine_state", LF_INT("endpoint_id", e->ep.id), LF_INT("pid", e->pid),
+             LF_STR("from", nm_engine_state_str(from)), LF_STR("to", nm_engine_state_str(to)),
+             LF_STR("event", nm_engine_event_str(ev)), LF_STR("cause", cause));
+    if (to == NM_ES_READY)
+        e->ready_since_ms = util_mono_ms();
+    else if (from == NM_ES_READY)
+        e->ready_since_ms = 0;
+    if (from == NM_ES_BACKOFF)
+        reactor_timer_stop(nm->r, &e->restart_timer);
+    if (nm_engine_state_probed(from) && !nm_engine_state_probed(to) && e->probe) {
+        httpc_cancel(nm->probe_http, e->probe);
+        e->probe = NULL;
     }
-    nm_engine_set_status(e, nm_status_from_runtime(rt, e->status), cause);
-    nm_launch_runtime_changed(nm);
+    e->state = to;
+}
+
+static int spawn_one(struct nm_endpoint *e, struct wire_err *err);
+static void on_engine_stopped(struct proc *p, void *arg);
+
+static void log_death(struct nm_endpoint *e, bool retired)
+{
+    const struct proc_status *st = &e->last_exit;
+    metrics_counter_inc(e->nm->m.deaths);
+    log_error("engine_exited", LF_INT("endpoint_id", e->ep.id), LF_INT("pid", e->pid),
+              LF_INT("exit_code", st->code), LF_INT("signal", st->signo),
+              LF_BOOL("core_dumped", st->core_dumped), LF_INT("uptime_ms", e->last_exit_uptime_ms),
+              LF_BOOL("retired", retired));
+}
+
+/* The engine-local part of a transition (the state is already the new one). Returns a
+ * follow-up event or NM_EV_NONE. */
+static enum nm_engine_event run_action(struct nm_endpoint *e, enum nm_engine_action act,
+                                       const struct engine_input *in)
+{
+    struct nodemgr *nm = e->nm;
+    const struct nm_config *cfg = nm->cfg;
+    switch (act) {
+    case NM_EA_ILLEGAL:
+    case NM_EA_NONE:
+    case NM_EA_COUNT:
+        break;
+    case NM_EA_SPAWNED:
+        /* Fix of §12.9: a fresh process starts a fresh story — `initial` until the probes
+         * say otherwise, so "relaxed" status really means "recovering". */
+        if (e->status != WIRE_EP_PAUSED)
+            nm_engine_set_status(e, WIRE_EP_INITIAL, "spawned");
+        break;
+    case NM_EA_SPAWN_FAILED:
+    case NM_EA_GONE:
+    case NM_EA_PROBED:
+        map_status(e, in->cause);
+        break;
+    case NM_EA_DIED:
+    case NM_EA_DIED_RETIRED:
+        log_death(e, act == NM_EA_DIED_RETIRED);
+        map_status(e, in->cause);
+        break;
+    case NM_EA_STOPPED:
+        log_info("engine_stopped", LF_INT("endpoint_id", e->ep.id), LF_INT("pid", e->pid),
+                 LF_INT("exit_code", e->last_exit.code), LF_INT("signal", e->last_exit.signo));
+        break;
+    case NM_EA_STOP:
+        log_info("engine_stopping", LF_INT("endpoint_id", e->ep.id), LF_INT("pid", e->pid),
+                 LF_INT("grace_ms", in->grace_ms));
+        nm->stops_pending++;
+        proc_stop(e->proc, in->grace_ms, on_engine_stopped, e);
+        break;
+    case NM_EA_KILL:
+        if (e->proc && proc_running(e->proc)) {
+            log_warn("engine_killed", LF_INT("endpoint_id", e->ep.id), LF_INT("pid", e->pid));
+            proc_kill_now(e->proc);
+        }
+        break;
+    case NM_EA_CANCEL_RESTART:
+        log_debug("engine_restart_cancelled", LF_INT("endpoint_id", e->ep.id),
+                  LF_STR("cause", in->cause));
+        break;
+    case NM_EA_ROLLBACK:
+        if (e->proc && proc_running(e->proc))
+            proc_kill_now(e->proc);
+        map_status(e, in->cause);
+        break;
+    case NM_EA_BACKOFF:
+        e->backoff_ms =
+            nm_backoff_next(e->backoff_ms, nm_config_ms(cfg->restart_backoff_initial_sec),
+                            nm_config_ms(cfg->restart_backoff_max_sec));
+        log_info("engine_restart_scheduled", LF_INT("endpoint_id", e->ep.id),
+                 LF_INT("delay_ms", e->backoff_ms), LF_INT("restart", e->window_starts + 1));
+        reactor_timer_start(nm->r, &e->restart_timer, e->backoff_ms, 0);
+        break;
+    case NM_EA_GIVE_UP:
+        log_error("engine_failed", LF_INT("endpoint_id", e->ep.id),
+                  LF_INT("restarts", e->window_starts),
+                  LF_STR("why", "restart_start_limit reached; not restarting again"));
+        break;
+    case NM_EA_RESTART: {
+        e->window_starts++;
+        metrics_counter_inc(nm->m.local_restarts);
+        log_info("engine_local_restart", LF_INT("endpoint_id", e->ep.id),
+                 LF_INT("restart", e->window_starts), LF_INT("backoff_ms", e->backoff_ms));
+        struct wire_err err = {{0}};
+        return spawn_one(e, &err) < 0 ? NM_EV_SPAWN_FAILED : NM_EV_SPAWNED;
+    }
+    case NM_EA_RETIRE:
+        log_info("endpoint_retired", LF_INT("endpoint_id", e->ep.id));
+        break;
+    case NM_EA_RESET:
+        e->backoff_ms = 0;
+        e->window_starts = 0;
+        break;
+    }
+    return NM_EV_NONE;
+}
+
+static void engine_step(struct nm_endpoint *e, const struct engine_input *first)
+{
+    struct engine_input in = *first;
+    while (in.ev != NM_EV_NONE) {
+        if ((unsigned)in.ev >= NM_EV_COUNT)
+            return;
+        const struct nm_engine_cell *c = &nm_engine_table[e->state][in.ev];
+        if (c->act == NM_EA_ILLEGAL) {
+            log_warn("engine_event_ignored", LF_INT("endpoint_id", e->ep.id), LF_INT("pid", e->pid),
+                     LF_STR("state", nm_engine_state_str(e->state)),
+                     LF_STR("event", nm_engine_event_str(in.ev)), LF_STR("cause", in.cause));
+            return;
+        }
+        struct nm_engine_change ch = {
+            .from = e->state,
+            .to = c->next,
+            .ev = in.ev,
+            .act = c->act,
+            .cause = in.cause,
+        };
+        set_state(e, ch.to, ch.ev, ch.cause);
+        enum nm_engine_event next = run_action(e, ch.act, &in);
+        nm_phase_engine(e, &ch);
+        in.ev = next;
+        in.cause = next == NM_EV_SPAWNED ? "local restart" : "local restart failed";
+    }
+}
+
+void nm_engine_event(struct nm_endpoint *e, enum nm_engine_event ev, const char *cause)
+{
+    struct engine_input in = {.ev = ev, .cause = cause};
+    engine_step(e, &in);
+}
+
+/* ---- local restart policy -------------------------------------------------------------------- */
+
+static void restart_fire(struct reactor *r, void *arg)
+{
+    (void)r;
+    nm_engine_event(arg, NM_EV_RESTART_DUE, "backoff elapsed");
+}
+
+void nm_engine_restart_policy(struct nm_endpoint *e, int64_t healthy_ms)
+{
+    const struct nm_config *cfg = e->nm->cfg;
+    /* Healthy long enough: the previous trouble is history. */
+    if (healthy_ms >= nm_config_ms(cfg->restart_reset_after_sec)) {
+        e->backoff_ms = 0;
+        e->window_starts = 0;
+    }
+    if (cfg->restart_start_limit > 0 && e->window_starts >= cfg->restart_start_limit)
+        nm_engine_event(e, NM_EV_GIVE_UP, "restart_start_limit reached");
+    else
+        nm_engine_event(e, NM_EV_BACKOFF, "local restart policy");
+}
+
+void nm_engine_reset_restart_state(struct nodemgr *nm)
+{
+    for (size_t i = 0; i < nm->n_eps; i++)
+        nm_engine_event(nm->eps[i], NM_EV_RESET, "relaunch");
 }
 
 /* ---- output --------------------------------------------------------------------------- */
@@ -227,44 +670,17 @@ void nm_engine_banner(struct nodemgr *nm, const char *text)
 
 /* ---- spawn and death ------------------------------------------------------------------------ */
 
-static void schedule_restart(struct nm_endpoint *e, int64_t healthy_ms);
-
 static void on_engine_exit(struct proc *p, const struct proc_status *st, void *arg)
 {
     struct nm_endpoint *e = arg;
-    struct nodemgr *nm = e->nm;
     int64_t now = util_mono_ms();
     e->has_last_exit = true;
     e->last_exit = *st;
     e->last_exit_wall_ms = util_wall_ms();
+    e->last_exit_mono_ms = now;
     e->last_exit_uptime_ms = proc_uptime_ms(p);
-    if (e->probe) {
-        httpc_cancel(nm->probe_http, e->probe);
-        e->probe = NULL;
-    }
-    if (e->stop_requested || nm->shutting_down) {
-        log_info("engine_stopped", LF_INT("endpoint_id", e->ep.id), LF_INT("pid", e->pid),
-                 LF_INT("exit_code", st->code), LF_INT("signal", st->signo));
-        e->rt = NM_RT_STOPPED;
-        nm_launch_runtime_changed(nm);
-        return;
-    }
-    metrics_counter_inc(nm->m.deaths);
-    int64_t healthy_ms = e->ready_since_ms ? now - e->ready_since_ms : 0;
-    log_error("engine_exited", LF_INT("endpoint_id", e->ep.id), LF_INT("pid", e->pid),
-              LF_INT("exit_code", st->code), LF_INT("signal", st->signo),
-              LF_BOOL("core_dumped", st->core_dumped), LF_INT("uptime_ms", e->last_exit_uptime_ms),
-              LF_BOOL("retired", e->retired));
-    set_runtime(e, NM_RT_STOPPED, "process exited");
-    if (e->retired)
-        return;
-    if (nm->cfg->restart_policy == NM_RESTART_LOCAL) {
-        schedule_restart(e, healthy_ms);
-        return;
-    }
-    /* A dead engine is a hard fact: the cold-start grace no longer protects the pod. */
-    nm_grace_end(nm, "engine_died");
-    nm_report_death(e, st, now);
+    e->last_exit_healthy_ms = e->ready_since_ms ? now - e->ready_since_ms : 0;
+    nm_engine_event(e, NM_EV_EXITED, "process exited");
 }
 
 static char *endpoint_log_path(struct nodemgr *nm, const struct nm_endpoint *e)
@@ -277,7 +693,8 @@ static char *endpoint_log_path(struct nodemgr *nm, const struct nm_endpoint *e)
     return xasprintf("%s/engine-%lld.log", dir, (long long)e->ep.id);
 }
 
-/* Spawn the process of one endpoint from nm->launch. 0 or -errno (err set). */
+/* Spawn the process of one endpoint from nm->launch. 0 or -errno (err set). The state
+ * is not touched: the caller raises NM_EV_SPAWNED (or handles the failure). */
 static int spawn_one(struct nm_endpoint *e, struct wire_err *err)
 {
     struct nodemgr *nm = e->nm;
@@ -351,17 +768,10 @@ static int spawn_one(struct nm_endpoint *e, struct wire_err *err)
     e->pid = proc_pid(p);
     e->spawned_ms = util_mono_ms();
     e->spawns++;
-    e->stop_requested = false;
-    e->failed = false;
     e->ready_since_ms = 0;
     metrics_counter_inc(nm->m.spawns);
     log_info("engine_spawned", LF_INT("endpoint_id", e->ep.id), LF_INT("pid", e->pid),
              LF_INT("port", wire_endpoint_port(&e->ep)), LF_BOOL("headless", e->ep.headless));
-    e->rt = NM_RT_STARTING;
-    /* Fix of §12.9: a fresh process starts a fresh story — `initial` until the probes
-     * say otherwise, so "relaxed" status really means "recovering". */
-    if (e->status != WIRE_EP_PAUSED)
-        nm_engine_set_status(e, WIRE_EP_INITIAL, "spawned");
     return 0;
 }
 
@@ -369,99 +779,25 @@ int nm_engine_spawn_all(struct nodemgr *nm, struct wire_err *err)
 {
     for (size_t i = 0; i < nm->n_eps; i++) {
         struct nm_endpoint *e = nm->eps[i];
-        reactor_timer_stop(nm->r, &e->restart_timer);
-        e->restart_pending = false;
-        if (e->retired)
+        if (nm_engine_retired(e))
             continue;
         if (e->proc && proc_running(e->proc)) {
             wire_err_set(err, "endpoint %lld still has a running engine (pid %d)",
                          (long long)e->ep.id, (int)e->pid);
             goto rollback;
         }
+        if (lost_exit(e))
+            nm_engine_event(e, NM_EV_GONE, "process gone");
         if (spawn_one(e, err) < 0)
             goto rollback;
+        nm_engine_event(e, NM_EV_SPAWNED, "launch");
     }
-    nm_launch_runtime_changed(nm);
     return 0;
 rollback:
     /* All or nothing: a half-started instance is worse than none (§6.1). */
-    for (size_t i = 0; i < nm->n_eps; i++) {
-        struct nm_endpoint *e = nm->eps[i];
-        if (e->retired)
-            continue;
-        if (e->proc && proc_running(e->proc)) {
-            e->stop_requested = true;
-            proc_kill_now(e->proc);
-        }
-        e->rt = NM_RT_STOPPED;
-        nm_engine_set_status(e, nm_status_from_runtime(NM_RT_STOPPED, e->status),
-                             "launch rolled back");
-    }
+    for (size_t i = 0; i < nm->n_eps; i++)
+        nm_engine_event(nm->eps[i], NM_EV_ROLLBACK, "launch rolled back");
     return -EIO;
-}
-
-/* ---- local restart policy -------------------------------------------------------------------- */
-
-static void restart_fire(struct reactor *r, void *arg)
-{
-    (void)r;
-    struct nm_endpoint *e = arg;
-    struct nodemgr *nm = e->nm;
-    e->restart_pending = false;
-    if (nm->shutting_down || e->retired || (e->proc && proc_running(e->proc)))
-        return;
-    e->window_starts++;
-    metrics_counter_inc(nm->m.local_restarts);
-    log_info("engine_local_restart", LF_INT("endpoint_id", e->ep.id),
-             LF_INT("restart", e->window_starts), LF_INT("backoff_ms", e->backoff_ms));
-    struct wire_err err = {{0}};
-    if (spawn_one(e, &err) < 0) {
-        set_runtime(e, NM_RT_STOPPED, "local restart failed");
-        schedule_restart(e, 0);
-        return;
-    }
-    nm_launch_runtime_changed(nm);
-}
-
-/* healthy_ms: how long the process that just died had been continuously ready. */
-static void schedule_restart(struct nm_endpoint *e, int64_t healthy_ms)
-{
-    struct nodemgr *nm = e->nm;
-    const struct nm_config *cfg = nm->cfg;
-    int64_t now = util_mono_ms();
-    /* Healthy long enough: the previous trouble is history. */
-    if (healthy_ms >= nm_config_ms(cfg->restart_reset_after_sec)) {
-        e->backoff_ms = 0;
-        e->window_starts = 0;
-    }
-    if (cfg->restart_start_limit > 0 && e->window_starts >= cfg->restart_start_limit) {
-        e->failed = true;
-        log_error("engine_failed", LF_INT("endpoint_id", e->ep.id),
-                  LF_INT("restarts", e->window_starts),
-                  LF_STR("why", "restart_start_limit reached; not restarting again"));
-        /* Now it is the Controller's (or the operator's) problem. */
-        if (e->has_last_exit)
-            nm_report_death(e, &e->last_exit, now);
-        return;
-    }
-    e->backoff_ms = nm_backoff_next(e->backoff_ms, nm_config_ms(cfg->restart_backoff_initial_sec),
-                                    nm_config_ms(cfg->restart_backoff_max_sec));
-    e->restart_pending = true;
-    log_info("engine_restart_scheduled", LF_INT("endpoint_id", e->ep.id),
-             LF_INT("delay_ms", e->backoff_ms), LF_INT("restart", e->window_starts + 1));
-    reactor_timer_start(nm->r, &e->restart_timer, e->backoff_ms, 0);
-}
-
-void nm_engine_reset_restart_state(struct nodemgr *nm)
-{
-    for (size_t i = 0; i < nm->n_eps; i++) {
-        struct nm_endpoint *e = nm->eps[i];
-        reactor_timer_stop(nm->r, &e->restart_timer);
-        e->restart_pending = false;
-        e->backoff_ms = 0;
-        e->window_starts = 0;
-        e->failed = false;
-    }
 }
 
 /* ---- group stop -------------------------------------------------------------------------------
@@ -508,22 +844,10 @@ void nm_engine_stop_all(struct nodemgr *nm, int64_t grace_ms, nm_done_fn done, v
 {
     for (size_t i = 0; i < nm->n_eps; i++) {
         struct nm_endpoint *e = nm->eps[i];
-        reactor_timer_stop(nm->r, &e->restart_timer);
-        e->restart_pending = false;
-        if (!e->proc || !proc_running(e->proc))
-            continue;
-        e->stop_requested = true;
-        if (proc_get_state(e->proc) != PROC_RUNNING)
-            continue; /* already stopping: counted by the first stop */
-        log_info("engine_stopping", LF_INT("endpoint_id", e->ep.id), LF_INT("pid", e->pid),
-                 LF_INT("grace_ms", grace_ms));
-        e->rt = NM_RT_STOPPING;
-        if (e->probe) {
-            httpc_cancel(nm->probe_http, e->probe);
-            e->probe = NULL;
-        }
-        nm->stops_pending++;
-        proc_stop(e->proc, grace_ms, on_engine_stopped, e);
+        if (lost_exit(e))
+            continue; /* nothing to stop; the health check's NM_EV_GONE catches it */
+        struct engine_input in = {.ev = NM_EV_STOP, .cause = "group stop", .grace_ms = grace_ms};
+        engine_step(e, &in);
     }
     if (nm->stops_pending == 0) {
         if (done)
@@ -541,17 +865,8 @@ void nm_engine_stop_all(struct nodemgr *nm, int64_t grace_ms, nm_done_fn done, v
 
 void nm_engine_kill_all_now(struct nodemgr *nm)
 {
-    for (size_t i = 0; i < nm->n_eps; i++) {
-        struct nm_endpoint *e = nm->eps[i];
-        reactor_timer_stop(nm->r, &e->restart_timer);
-        e->restart_pending = false;
-        if (e->proc && proc_running(e->proc)) {
-            e->stop_requested = true;
-            log_warn("engine_killed", LF_INT("endpoint_id", e->ep.id), LF_INT("pid", e->pid));
-            proc_kill_now(e->proc);
-            e->rt = NM_RT_STOPPED;
-        }
-    }
+    for (size_t i = 0; i < nm->n_eps; i++)
+        nm_engine_event(nm->eps[i], NM_EV_KILL, "kill now");
     /* proc_kill_now cancels pending stops without their callbacks. */
     nm->stops_pending = 0;
     run_stop_waiters(nm);
@@ -567,7 +882,7 @@ static void on_probe_done(const struct httpc_response *resp, void *arg)
     struct nm_endpoint *e = arg;
     struct nodemgr *nm = e->nm;
     e->probe = NULL;
-    if (!e->proc || !proc_running(e->proc) || e->stop_requested)
+    if (!nm_engine_state_probed(e->state) || !e->proc || !proc_running(e->proc))
         return;
     int attempts = nm->cfg->health.health_collector_timeout_retry_attempts;
     /* Only timeouts are retried (an answer, even a 503, is an answer). */
@@ -582,10 +897,10 @@ static void on_probe_done(const struct httpc_response *resp, void *arg)
         log_debug("probe_failed", LF_INT("endpoint_id", e->ep.id), LF_INT("status", resp->status),
                   LF_STR("error", resp->error ? resp->error_text : ""));
     }
-    enum nm_runtime rt =
-        nm_runtime_after_probe(e->rt, ok ? NM_PROBE_OK : NM_PROBE_FAILED, util_mono_ms() - e->spawned_ms,
-                               (int64_t)nm->cfg->health.startup_timeout * 1000);
-    set_runtime(e, rt, ok ? "health ok" : "health failed");
+    enum nm_engine_event ev =
+        nm_engine_probe_event(ok ? NM_PROBE_OK : NM_PROBE_FAILED, util_mono_ms() - e->spawned_ms,
+                              (int64_t)nm->cfg->health.startup_timeout * 1000);
+    nm_engine_event(e, ev, ok ? "health ok" : "health failed");
 }
 
 static void probe_send(struct nm_endpoint *e)
@@ -617,19 +932,16 @@ static void probe_tick(struct reactor *r, void *arg)
 {
     (void)r;
     struct nodemgr *nm = arg;
-    if (nm->shutting_down)
+    if (nm_shutting_down(nm))
         return;
     for (size_t i = 0; i < nm->n_eps; i++) {
         struct nm_endpoint *e = nm->eps[i];
-        if (e->retired || !e->proc || !proc_running(e->proc) || e->probe)
+        /* Probed states only: not retired, not stopping, not without a process. */
+        if (!nm_engine_state_probed(e->state) || !e->proc || !proc_running(e->proc) || e->probe)
             continue;
-        if (e->stop_requested || proc_get_state(e->proc) != PROC_RUNNING) {
-            set_runtime(e, NM_RT_STOPPING, "stopping");
-            continue;
-        }
         if (e->ep.headless) {
             /* PCP followers serve no HTTP: alive is all we can know. */
-            set_runtime(e, NM_RT_RUNNING, "headless alive");
+            nm_engine_event(e, NM_EV_ALIVE, "headless alive");
             continue;
         }
         e->probe_attempt = 1;
@@ -671,7 +983,7 @@ bool nm_engine_all_normal(const struct nodemgr *nm)
 {
     size_t n = 0;
     for (size_t i = 0; i < nm->n_eps; i++) {
-        if (nm->eps[i]->retired)
+        if (nm_engine_retired(nm->eps[i]))
             continue;
         if (nm->eps[i]->status != WIRE_EP_NORMAL)
             return false;
@@ -684,7 +996,7 @@ bool nm_engine_none_abnormal(const struct nodemgr *nm)
 {
     size_t n = 0;
     for (size_t i = 0; i < nm->n_eps; i++) {
-        if (nm->eps[i]->retired)
+        if (nm_engine_retired(nm->eps[i]))
             continue;
         if (nm->eps[i]->status == WIRE_EP_ABNORMAL)
             return false;
@@ -698,9 +1010,9 @@ bool nm_engine_all_ready(const struct nodemgr *nm)
     size_t n = 0;
     for (size_t i = 0; i < nm->n_eps; i++) {
         const struct nm_endpoint *e = nm->eps[i];
-        if (e->retired)
+        if (nm_engine_retired(e))
             continue;
-        bool ok = e->ep.headless ? e->rt == NM_RT_RUNNING : e->rt == NM_RT_READY;
+        bool ok = e->ep.headless ? e->state == NM_ES_RUNNING : e->state == NM_ES_READY;
         if (!ok)
             return false;
         n++;
@@ -710,26 +1022,25 @@ bool nm_engine_all_ready(const struct nodemgr *nm)
 
 bool nm_engine_any_stopped(const struct nodemgr *nm)
 {
-    for (size_t i = 0; i < nm->n_eps; i++)
-        if (!nm->eps[i]->retired && nm->eps[i]->rt == NM_RT_STOPPED)
+    for (size_t i = 0; i < nm->n_eps; i++) {
+        const struct nm_endpoint *e = nm->eps[i];
+        if (!nm_engine_retired(e) && nm_engine_state_runtime(e->state) == NM_RT_STOPPED)
             return true;
+    }
     return false;
+}
+
+bool nm_engine_excluded(const struct nm_endpoint *e)
+{
+    return nm_engine_retired(e) || e->state == NM_ES_BACKOFF;
 }
 
 void nm_engine_retire(struct nodemgr *nm, const int64_t *ids, size_t n)
 {
     for (size_t k = 0; k < n; k++) {
         struct nm_endpoint *e = nm_engine_find(nm, ids[k]);
-        if (!e || e->retired)
-            continue;
-        e->retired = true;
-        reactor_timer_stop(nm->r, &e->restart_timer);
-        e->restart_pending = false;
-        if (e->probe) {
-            httpc_cancel(nm->probe_http, e->probe);
-            e->probe = NULL;
-        }
-        log_info("endpoint_retired", LF_INT("endpoint_id", e->ep.id));
+        if (e)
+            nm_engine_event(e, NM_EV_RETIRE, "dp scale-down commit");
     }
 }
 
@@ -743,11 +1054,12 @@ json_t *nm_engine_list_json(struct nodemgr *nm)
     for (size_t i = 0; i < nm->n_eps; i++) {
         struct nm_endpoint *e = nm->eps[i];
         bool alive = e->proc && proc_running(e->proc);
-        json_t *o = json_pack("{s:I, s:i, s:s, s:i, s:b, s:s, s:s, s:i, s:b}", "id",
-                              (json_int_t)e->ep.id, "index", (int)e->index, "ip", e->ep.ip, "port",
-                              wire_endpoint_port(&e->ep), "headless", e->ep.headless, "state",
-                              nm_runtime_str(e->rt), "status", wire_ep_status_str(e->status),
-                              "restarts", e->spawns > 0 ? (int)e->spawns - 1 : 0, "alive", alive);
+        json_t *o =
+            json_pack("{s:I, s:i, s:s, s:i, s:b, s:s, s:s, s:i, s:b}", "id", (json_int_t)e->ep.id,
+                      "index", (int)e->index, "ip", e->ep.ip, "port", wire_endpoint_port(&e->ep),
+                      "headless", e->ep.headless, "state", nm_engine_state_str(e->state), "status",
+                      wire_ep_status_str(e->status), "restarts",
+                      e->spawns > 0 ? (int)e->spawns - 1 : 0, "alive", alive);
         json_object_set_new(o, "pid", alive ? json_integer(e->pid) : json_null());
         json_object_set_new(o, "uptime_seconds",
                             alive ? json_real((double)(now - e->spawned_ms) / 1000.0)
@@ -766,9 +1078,9 @@ json_t *nm_engine_list_json(struct nodemgr *nm)
         } else {
             json_object_set_new(o, "last_exit", json_null());
         }
-        json_object_set_new(o, "retired", json_boolean(e->retired));
-        json_object_set_new(o, "failed", json_boolean(e->failed));
-        json_object_set_new(o, "restart_pending", json_boolean(e->restart_pending));
+        json_object_set_new(o, "retired", json_boolean(nm_engine_retired(e)));
+        json_object_set_new(o, "failed", json_boolean(e->state == NM_ES_FAILED));
+        json_object_set_new(o, "restart_pending", json_boolean(e->state == NM_ES_BACKOFF));
         json_object_set_new(o, "ever_normal", json_boolean(e->ever_normal));
         json_object_set_new(o, "log_file", e->log_path ? json_string(e->log_path) : json_null());
         json_array_append_new(arr, o);
@@ -812,8 +1124,8 @@ static void engine_health_check(struct nodemgr *nm, void *state)
      * catches what a lost wakeup would hide (a reaped leader still marked alive). */
     for (size_t i = 0; i < nm->n_eps; i++) {
         struct nm_endpoint *e = nm->eps[i];
-        if (e->proc && !proc_running(e->proc) && e->rt != NM_RT_STOPPED && !e->stop_requested)
-            set_runtime(e, NM_RT_STOPPED, "health check: process gone");
+        if (lost_exit(e))
+            nm_engine_event(e, NM_EV_GONE, "health check: process gone");
     }
 }
 

@@ -1,4 +1,4 @@
-/* nm_ft — the engine FT manager (§2.10) and the DP scale-down proxy (§4, §8.3).
+/* nm_ft — the engine FT manager (§2.10): FT status polling and its fault reports.
  *
  * FT manager. Enabled when fault_tolerance_config.enable_fault_tolerance is on (the
  * config loader already ORs in "the engine advertises FT"). Polling starts only when
@@ -17,28 +17,10 @@
  * 404s => "unsupported", re-probed every unsupported_reprobe_interval_sec.
  * Engines whose process is gone are not polled: the pidfd already reported the death.
  *
- * Proxy (switch: nm_config ft.enable_dp_scale_down_proxy = Controller
- * enable_fault_tolerance && enable_dp_scale_down):
- *   status    parse, switch (404), ids managed and not retired (502), then every engine
- *             queried concurrently; a failed query gives the poll_error entry. Entries
- *             also feed the FT manager's report dedup while it polls.
- *   apply     parse, switch, ids (502), the engine body (dp_store_port = dp_master_port
- *             + dp_master_rank, rank stripped), POST to every engine concurrently; all
- *             must answer 202, else 502 naming each failure.
- *   guard     switch first, then parse; another request id holding an unexpired guard
- *             => 502; else it owns the guard and suicide is frozen (NM_FREEZE_FT_GUARD)
- *             for the lease (the same id renews).
- *   finalize  parse, switch; a request id other than the guard owner => 502 (stale);
- *             commit: every retired id must be an endpoint of this pod (502 otherwise,
- *             nothing changed), then all are retired at once (nm_engine_retire: out of
- *             heartbeats, probes, arbitration, death reports; and out of FT polling);
- *             then (commit or abort) the owner is cleared. Abort lifts the guard freeze
- *             at once; commit keeps it until no survivor is abnormal in the node
- *             manager's own view, bounded by the rest of the lease (at least one probe
- *             round plus one arbitration round): "settling", see commit_settle_begin.
- * status/apply answer asynchronously: the request is suspended until every engine
- * answered or timed out; a client that goes away cancels the fan-out.
- * GET /node-manager/fault-tolerance shows the manager's state (Motor addition). */
+ * The DP scale-down proxy (nm_scaledown.c) shares this manager's HTTP client, feeds its
+ * dedup with the statuses it sees and drops the state of the endpoints it retires.
+ * GET /node-manager/fault-tolerance shows the manager's state and the proxy's (Motor
+ * addition). */
 #include "nodemgr/nm_internal.h"
 
 #include "common/log.h"
@@ -51,10 +33,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FT_MAX_RESPONSE (1u << 20)
 #define FT_MIN_POLL_MS 50
 #define FT_EXCEPTION_TYPE_MAX 256
-#define FT_ERR_MAX 600
 
 /* ---- the pure part ------------------------------------------------------------------- */
 
@@ -180,8 +160,6 @@ struct ft_ep {
     uint64_t polls;
 };
 
-struct ft_call;
-
 struct nm_ft {
     struct nodemgr *nm;
     struct httpc *http;
@@ -193,13 +171,6 @@ struct nm_ft {
     uint64_t epoch; /* bumped whenever per-endpoint state is dropped */
     struct ft_ep *eps;
     size_t n_eps, cap_eps;
-    char *guard_owner; /* request id owning the guard, NULL = none */
-    char *last_finalized;
-    /* After a commit the guard's freeze is kept until no survivor is abnormal in our own
-     * view (or settle_until_ms): see commit_settle_begin. */
-    bool settling;
-    int64_t settle_until_ms;
-    struct ft_call *calls; /* proxy fan-outs in flight */
 
     struct metrics_counter *polls_ok, *polls_failed, *polls_404;
     struct metrics_counter *reports_accepted, *reports_not_accepted;
@@ -216,7 +187,7 @@ static int64_t poll_interval_ms(const struct nodemgr *nm)
     return ms < FT_MIN_POLL_MS ? FT_MIN_POLL_MS : ms;
 }
 
-static int64_t poll_timeout_ms(const struct nodemgr *nm)
+int64_t nm_ft_poll_timeout_ms(const struct nodemgr *nm)
 {
     int64_t ms = nm_config_ms(nm->cfg->ft.poll_timeout_sec);
     return ms < 1 ? 1 : ms;
@@ -291,14 +262,14 @@ static void drop_endpoint(struct nm_ft *ft, int64_t id)
     ft->n_eps--;
 }
 
-static char *endpoint_url(const struct nm_endpoint *e, const char *path)
+char *nm_ft_endpoint_url(const struct nm_endpoint *e, const char *path)
 {
     bool v6 = strchr(e->ep.ip, ':') != NULL;
     return xasprintf("http://%s%s%s:%d%s", v6 ? "[" : "", e->ep.ip, v6 ? "]" : "",
                      wire_endpoint_port(&e->ep), path);
 }
 
-static void resp_error_text(const struct httpc_response *resp, char *buf, size_t cap)
+void nm_ft_resp_error_text(const struct httpc_response *resp, char *buf, size_t cap)
 {
     if (resp->error)
         snprintf(buf, cap, "%s",
@@ -307,9 +278,7 @@ static void resp_error_text(const struct httpc_response *resp, char *buf, size_t
         snprintf(buf, cap, "http %ld: %.200s", resp->status, resp->body ? resp->body : "");
 }
 
-/* The endpoint's raw entry in an engine's status reply (new reference), or NULL with
- * the reason in why. */
-static json_t *find_entry(const struct httpc_response *resp, int64_t id, char *why, size_t cap)
+json_t *nm_ft_find_entry(const struct httpc_response *resp, int64_t id, char *why, size_t cap)
 {
     json_error_t jerr;
     json_t *j = json_loadb(resp->body, resp->body_len, 0, &jerr);
@@ -442,7 +411,7 @@ static void report_entry(struct nm_ft *ft, struct nm_endpoint *e, struct ft_ep *
 static void report_unreachable(struct nm_ft *ft, struct nm_endpoint *e, struct ft_ep *fe,
                                const char *why)
 {
-    char msg[FT_ERR_MAX + 128];
+    char msg[NM_FT_ERR_MAX + 128];
     snprintf(msg, sizeof(msg),
              "engine FT status of endpoint %lld unreachable after %d consecutive polls: %s",
              (long long)e->ep.id, fe->track.failures, why);
@@ -468,7 +437,7 @@ static void observe(struct nm_ft *ft, struct nm_endpoint *e, struct ft_ep *fe, e
                  LF_DBL("reprobe_interval_sec", fc->unsupported_reprobe_interval_sec));
     if (ev == NM_FT_EV_FAILED && fe->track.failures == 1)
         log_warn("ft_poll_failed", LF_INT("endpoint_id", e->ep.id), LF_STR("error", why));
-    if (nm->shutting_down || fe->report_inflight) {
+    if (nm_shutting_down(nm) || fe->report_inflight) {
         /* The answer to the report in flight decides; the next poll sees again. */
         free(sig);
         return;
@@ -505,9 +474,9 @@ static void on_poll_done(const struct httpc_response *resp, void *arg)
     free(ctx);
     fe->polls++;
     struct nm_endpoint *e = nm_engine_find(nm, id);
-    if (!e || e->retired || !ft_active(ft))
+    if (!e || nm_engine_retired(e) || !ft_active(ft))
         return;
-    char why[FT_ERR_MAX];
+    char why[NM_FT_ERR_MAX];
     if (resp->error == 0 && resp->status == 404) {
         metrics_counter_inc(ft->polls_404);
         observe(ft, e, fe, NM_FT_EV_NOT_FOUND, NULL, NULL, "http 404");
@@ -518,11 +487,11 @@ static void on_poll_done(const struct httpc_response *resp, void *arg)
     }
     if (resp->error || resp->status != 200) {
         metrics_counter_inc(ft->polls_failed);
-        resp_error_text(resp, why, sizeof(why));
+        nm_ft_resp_error_text(resp, why, sizeof(why));
         observe(ft, e, fe, NM_FT_EV_FAILED, NULL, NULL, why);
         return;
     }
-    json_t *raw = find_entry(resp, id, why, sizeof(why));
+    json_t *raw = nm_ft_find_entry(resp, id, why, sizeof(why));
     struct wire_ft_engine_entry entry;
     struct wire_err err = {{0}};
     if (raw && wire_ft_engine_entry_parse(raw, &entry, &err) < 0) {
@@ -545,9 +514,9 @@ static void on_poll_done(const struct httpc_response *resp, void *arg)
  * refuses connections, which is not an FT fault). */
 static bool pollable(const struct nm_endpoint *e)
 {
-    if (e->retired || e->ep.headless || !e->proc || !proc_running(e->proc))
+    if (e->ep.headless || !e->proc || !proc_running(e->proc))
         return false;
-    return e->rt == NM_RT_READY || e->rt == NM_RT_UNHEALTHY;
+    return e->state == NM_ES_READY || e->state == NM_ES_UNHEALTHY; /* retired: never */
 }
 
 static void poll_tick(struct reactor *r, void *arg)
@@ -565,7 +534,7 @@ static void poll_tick(struct reactor *r, void *arg)
         struct ft_ep *fe = ep_get(ft, e->ep.id);
         if (fe->poll || (fe->track.unsupported && now < fe->reprobe_at_ms))
             continue;
-        char *url = endpoint_url(e, "/v1/fault_tolerance/status");
+        char *url = nm_ft_endpoint_url(e, "/v1/fault_tolerance/status");
         struct ft_poll *ctx = xcalloc(1, sizeof(*ctx));
         ctx->nm = nm;
         ctx->id = e->ep.id;
@@ -575,8 +544,8 @@ static void poll_tick(struct reactor *r, void *arg)
             .method = "GET",
             .url = url,
             .headers = headers,
-            .timeout_ms = poll_timeout_ms(nm),
-            .max_response = FT_MAX_RESPONSE,
+            .timeout_ms = nm_ft_poll_timeout_ms(nm),
+            .max_response = NM_FT_MAX_RESPONSE,
         };
         fe->poll_ctx = ctx;
         fe->poll = httpc_request(ft->http, &o, on_poll_done, ctx);
@@ -589,14 +558,15 @@ static void poll_tick(struct reactor *r, void *arg)
 static void ft_update(struct nm_ft *ft, const char *cause)
 {
     struct nodemgr *nm = ft->nm;
-    bool want = ft_enabled(nm) && ft->started && !ft->paused && !ft->stopped && !nm->shutting_down;
+    bool want =
+        ft_enabled(nm) && ft->started && !ft->paused && !ft->stopped && !nm_shutting_down(nm);
     if (want) {
         int64_t iv = poll_interval_ms(nm);
         if (!ft->polling) {
             ft->polling = true;
             reactor_timer_start(nm->r, &ft->poll_timer, 0, iv);
             log_info("ft_polling_started", LF_STR("cause", cause), LF_INT("interval_ms", iv),
-                     LF_INT("timeout_ms", poll_timeout_ms(nm)),
+                     LF_INT("timeout_ms", nm_ft_poll_timeout_ms(nm)),
                      LF_INT("max_poll_failures", nm->cfg->ft.max_poll_failures),
                      LF_INT("max_consecutive_404", nm->cfg->ft.max_consecutive_404));
         } else if (ft->poll_timer.interval_ms != iv) {
@@ -613,477 +583,6 @@ static void ft_update(struct nm_ft *ft, const char *cause)
     }
 }
 
-/* ---- proxy fan-outs ------------------------------------------------------------------------ */
-
-enum ft_kind { FT_STATUS = 0, FT_APPLY };
-
-struct ft_sub {
-    struct ft_call *call;
-    int64_t id;
-    struct httpc_req *hr;
-    bool done;
-    long status;
-    json_t *entry; /* status: the engine's raw entry */
-    char err[FT_ERR_MAX];
-};
-
-struct ft_call {
-    struct ft_call *next, **pprev;
-    struct nm_ft *ft;
-    struct httpd_req *req;
-    enum ft_kind kind;
-    char *request_id;
-    size_t n, pending;
-    struct ft_sub subs[];
-};
-
-static void call_unlink(struct ft_call *c)
-{
-    if (c->pprev) {
-        *c->pprev = c->next;
-        if (c->next)
-            c->next->pprev = c->pprev;
-        c->pprev = NULL;
-    }
-}
-
-static void call_free(struct ft_call *c)
-{
-    call_unlink(c);
-    for (size_t i = 0; i < c->n; i++) {
-        if (c->subs[i].hr)
-            httpc_cancel(c->ft->http, c->subs[i].hr);
-        json_decref(c->subs[i].entry);
-    }
-    free(c->request_id);
-    free(c);
-}
-
-static void call_client_gone(struct httpd_req *req, void *arg)
-{
-    (void)req;
-    struct ft_call *c = arg;
-    log_info("ft_proxy_abandoned", LF_STR("op", c->kind == FT_STATUS ? "status" : "apply"),
-             LF_INT("pending", c->pending));
-    call_free(c);
-}
-
-static void status_feed(struct nm_ft *ft, struct ft_sub *s)
-{
-    /* §8.3: known statuses also feed the normal fault-report dedup. */
-    if (!ft_active(ft) || !s->entry)
-        return;
-    struct nm_endpoint *e = nm_engine_find(ft->nm, s->id);
-    if (!e || e->retired)
-        return;
-    struct wire_ft_engine_entry entry;
-    struct wire_err err = {{0}};
-    if (wire_ft_engine_entry_parse(s->entry, &entry, &err) < 0)
-        return;
-    observe(ft, e, ep_get(ft, s->id), NM_FT_EV_OK, &entry, s->entry, NULL);
-    wire_ft_engine_entry_release(&entry);
-}
-
-static void call_finish(struct ft_call *c)
-{
-    struct nm_ft *ft = c->ft;
-    struct httpd_req *req = c->req;
-    httpd_req_on_close(req, NULL, NULL);
-    if (c->kind == FT_STATUS) {
-        json_t *o = json_object();
-        size_t failed = 0;
-        for (size_t i = 0; i < c->n; i++) {
-            struct ft_sub *s = &c->subs[i];
-            char key[24];
-            snprintf(key, sizeof(key), "%" PRId64, s->id);
-            if (s->entry) {
-                json_object_set(o, key, s->entry);
-                status_feed(ft, s);
-            } else {
-                failed++;
-                json_object_set_new(o, key, wire_ft_poll_error_entry(s->id, s->err));
-            }
-        }
-        log_info("ft_proxy_status", LF_INT("endpoints", c->n), LF_INT("unknown", failed));
-        httpd_respond_json(req, 200, o);
-        call_free(c);
-        return;
-    }
-    char msg[1024];
-    size_t len = 0, bad = 0;
-    msg[0] = '\0';
-    for (size_t i = 0; i < c->n; i++) {
-        struct ft_sub *s = &c->subs[i];
-        if (s->status == 202)
-            continue;
-        bad++;
-        if (len < sizeof(msg))
-            len += (size_t)snprintf(msg + len, sizeof(msg) - len, "%sendpoint %" PRId64 ": %s",
-                                    bad > 1 ? "; " : "", s->id, s->err);
-    }
-    if (bad) {
-        log_warn("ft_proxy_apply_failed", LF_STR("request_id", c->request_id),
-                 LF_INT("failed", bad), LF_STR("detail", msg));
-        nm_respond_detail(req, 502, "Engine FT apply failed: %s", msg);
-    } else {
-        log_info("ft_proxy_apply_accepted", LF_STR("request_id", c->request_id),
-                 LF_INT("endpoints", c->n));
-        httpd_respond_json(req, 200, json_pack("{s:s}", "status", "accepted"));
-    }
-    call_free(c);
-}
-
-static void on_sub_done(const struct httpc_response *resp, void *arg)
-{
-    struct ft_sub *s = arg;
-    struct ft_call *c = s->call;
-    s->hr = NULL;
-    s->done = true;
-    s->status = resp->error ? 0 : resp->status;
-    if (c->kind == FT_STATUS) {
-        if (resp->error || resp->status != 200)
-            resp_error_text(resp, s->err, sizeof(s->err));
-        else
-            s->entry = find_entry(resp, s->id, s->err, sizeof(s->err));
-        if (s->entry) {
-            struct wire_ft_engine_entry entry;
-            struct wire_err err = {{0}};
-            if (wire_ft_engine_entry_parse(s->entry, &entry, &err) < 0) {
-                snprintf(s->err, sizeof(s->err), "bad status entry: %s", err.msg);
-                json_decref(s->entry);
-                s->entry = NULL;
-            } else {
-                wire_ft_engine_entry_release(&entry);
-            }
-        }
-    } else if (resp->error || resp->status != 202) {
-        resp_error_text(resp, s->err, sizeof(s->err));
-    }
-    if (--c->pending == 0)
-        call_finish(c);
-}
-
-/* Managed, not retired, ids: 0, or -ERANGE with the reason in err. */
-static int check_ids(struct nodemgr *nm, const int64_t *ids, size_t n, struct wire_err *err)
-{
-    for (size_t i = 0; i < n; i++) {
-        struct nm_endpoint *e = nm_engine_find(nm, ids[i]);
-        if (!e) {
-            wire_err_set(err, "endpoint %" PRId64 " is not managed by this node manager", ids[i]);
-            return -ERANGE;
-        }
-        if (e->retired) {
-            wire_err_set(err, "endpoint %" PRId64 " is retired", ids[i]);
-            return -ERANGE;
-        }
-    }
-    return 0;
-}
-
-/* Start a fan-out to ids; body NULL = GET status, else POST apply. Suspends req. */
-static void fan_out(struct nm_ft *ft, struct httpd_req *req, enum ft_kind kind, const int64_t *ids,
-                    size_t n, const char *body, const char *request_id)
-{
-    struct nodemgr *nm = ft->nm;
-    struct ft_call *c = xcalloc(1, sizeof(*c) + n * sizeof(c->subs[0]));
-    c->ft = ft;
-    c->req = req;
-    c->kind = kind;
-    c->request_id = request_id ? xstrdup(request_id) : NULL;
-    c->n = n;
-    c->pending = n;
-    c->next = ft->calls;
-    if (c->next)
-        c->next->pprev = &c->next;
-    c->pprev = &ft->calls;
-    ft->calls = c;
-    httpd_req_on_close(req, call_client_gone, c);
-    static const char *const headers[] = {"Accept: application/json", NULL};
-    for (size_t i = 0; i < n; i++) {
-        struct ft_sub *s = &c->subs[i];
-        s->call = c;
-        s->id = ids[i];
-        struct nm_endpoint *e = nm_engine_find(nm, ids[i]);
-        char *url = endpoint_url(e, kind == FT_STATUS ? "/v1/fault_tolerance/status"
-                                                      : "/v1/fault_tolerance/apply");
-        struct httpc_opts o = {
-            .method = kind == FT_STATUS ? "GET" : "POST",
-            .url = url,
-            .body = body,
-            .headers = headers,
-            .timeout_ms = poll_timeout_ms(nm),
-            .max_response = FT_MAX_RESPONSE,
-        };
-        s->hr = httpc_request(ft->http, &o, on_sub_done, s);
-        free(url);
-    }
-}
-
-/* ---- routes ---------------------------------------------------------------------------------- */
-
-static bool proxy_on(const struct nodemgr *nm)
-{
-    return nm->cfg->ft.enable_dp_scale_down_proxy;
-}
-
-static void respond_disabled(struct httpd_req *req)
-{
-    httpd_respond_error(req, 404, "fault tolerance proxy disabled");
-}
-
-/* The body as JSON, or NULL after answering 400. */
-static json_t *body_json(struct httpd_req *req)
-{
-    char jerr[200];
-    json_t *j = httpd_req_json(req, jerr, sizeof(jerr));
-    if (!j)
-        nm_respond_detail(req, 400, "Invalid request body: %s", jerr);
-    return j;
-}
-
-static void h_status(struct httpd_req *req, void *arg)
-{
-    struct nodemgr *nm = arg;
-    struct nm_ft *ft = nm->ft;
-    json_t *j = body_json(req);
-    if (!j)
-        return;
-    struct wire_ft_status_req r;
-    struct wire_err err = {{0}};
-    int rc = wire_ft_status_req_parse(j, &r, &err);
-    json_decref(j);
-    if (rc == -EINVAL) {
-        nm_respond_detail(req, 400, "Invalid request body: %s", err.msg);
-        return;
-    }
-    if (!proxy_on(nm)) {
-        wire_ft_status_req_release(&r);
-        respond_disabled(req);
-        return;
-    }
-    if (rc == 0)
-        rc = check_ids(nm, r.endpoint_ids, r.n_endpoint_ids, &err);
-    if (rc < 0) {
-        log_warn("ft_proxy_status_rejected", LF_STR("why", err.msg));
-        nm_respond_detail(req, 502, "Engine FT status query failed: %s", err.msg);
-        wire_ft_status_req_release(&r);
-        return;
-    }
-    fan_out(ft, req, FT_STATUS, r.endpoint_ids, r.n_endpoint_ids, NULL, NULL);
-    wire_ft_status_req_release(&r);
-}
-
-static void h_apply(struct httpd_req *req, void *arg)
-{
-    struct nodemgr *nm = arg;
-    struct nm_ft *ft = nm->ft;
-    json_t *j = body_json(req);
-    if (!j)
-        return;
-    struct wire_ft_apply_req r;
-    struct wire_err err = {{0}};
-    int rc = wire_ft_apply_req_parse(j, &r, &err);
-    json_decref(j);
-    if (rc == -EINVAL) {
-        nm_respond_detail(req, 400, "Invalid request body: %s", err.msg);
-        return;
-    }
-    if (!proxy_on(nm)) {
-        wire_ft_apply_req_release(&r);
-        respond_disabled(req);
-        return;
-    }
-    if (rc == 0)
-        rc = check_ids(nm, r.endpoint_ids, r.n_endpoint_ids, &err);
-    json_t *body = rc == 0 ? wire_ft_apply_engine_body(&r, nm->cfg->dp_master_port, &err) : NULL;
-    if (!body) {
-        log_warn("ft_proxy_apply_rejected", LF_STR("why", err.msg));
-        nm_respond_detail(req, 502, "Engine FT apply failed: %s", err.msg);
-        wire_ft_apply_req_release(&r);
-        return;
-    }
-    char *text = wire_json_compact(body);
-    log_info("ft_proxy_apply", LF_STR("request_id", r.request_id),
-             LF_STR("instruction", wire_ft_instruction_str(r.instruction)),
-             LF_INT("endpoints", r.n_endpoint_ids), LF_RAW("body", text));
-    json_decref(body);
-    fan_out(ft, req, FT_APPLY, r.endpoint_ids, r.n_endpoint_ids, text, r.request_id);
-    free(text);
-    wire_ft_apply_req_release(&r);
-}
-
-static int64_t guard_left_ms(const struct nodemgr *nm)
-{
-    int64_t left = nm->arb.freeze_until[NM_FREEZE_FT_GUARD] - util_mono_ms();
-    return left > 0 ? left : 0;
-}
-
-static void h_guard(struct httpd_req *req, void *arg)
-{
-    struct nodemgr *nm = arg;
-    struct nm_ft *ft = nm->ft;
-    if (!proxy_on(nm)) {
-        respond_disabled(req);
-        return;
-    }
-    json_t *j = body_json(req);
-    if (!j)
-        return;
-    struct wire_ft_guard_req r;
-    struct wire_err err = {{0}};
-    int rc = wire_ft_guard_req_parse(j, &r, &err);
-    json_decref(j);
-    if (rc == -EINVAL) {
-        nm_respond_detail(req, 400, "Invalid request body: %s", err.msg);
-        return;
-    }
-    if (rc < 0) {
-        log_warn("ft_guard_rejected", LF_STR("why", err.msg));
-        nm_respond_detail(req, 502, "Engine FT guard failed: %s", err.msg);
-        return;
-    }
-    int64_t left = guard_left_ms(nm);
-    if (ft->guard_owner && left > 0 && strcmp(ft->guard_owner, r.request_id) != 0) {
-        log_warn("ft_guard_rejected", LF_STR("request_id", r.request_id),
-                 LF_STR("owner", ft->guard_owner), LF_INT("left_ms", left));
-        nm_respond_detail(req, 502,
-                          "Engine FT guard failed: transaction %.200s owns the guard for "
-                          "another %.1f s",
-                          ft->guard_owner, (double)left / 1000.0);
-        wire_ft_guard_req_release(&r);
-        return;
-    }
-    bool renew = ft->guard_owner && strcmp(ft->guard_owner, r.request_id) == 0;
-    if (!renew && ft->guard_owner)
-        log_info("ft_guard_expired_owner_replaced", LF_STR("previous", ft->guard_owner));
-    free(ft->guard_owner);
-    ft->guard_owner = r.request_id;
-    r.request_id = NULL;
-    /* A new transaction owns the freeze from now on; a commit still settling must not
-     * lift it. */
-    ft->settling = false;
-    int64_t lease_ms = (int64_t)(r.lease_sec * 1000.0 + 0.5);
-    nm_freeze(nm, NM_FREEZE_FT_GUARD, lease_ms < 1 ? 1 : lease_ms, "ft guard");
-    log_info("ft_guarded", LF_STR("request_id", ft->guard_owner), LF_DBL("lease_sec", r.lease_sec),
-             LF_BOOL("renewed", renew));
-    wire_ft_guard_req_release(&r);
-    httpd_respond_json(req, 200, json_pack("{s:s}", "status", "guarded"));
-}
-
-/* Any survivor (not retired, not waiting for a local restart: what arbitration counts)
- * abnormal in the node manager's own view. */
-static bool survivor_abnormal(const struct nodemgr *nm)
-{
-    for (size_t i = 0; i < nm->n_eps; i++) {
-        const struct nm_endpoint *e = nm->eps[i];
-        if (!e->retired && !e->restart_pending && e->status == WIRE_EP_ABNORMAL)
-            return true;
-    }
-    return false;
-}
-
-/* The Controller commits once the survivors' FT status is healthy (§8.2 step 6), but our
- * endpoint statuses come from /health probes, which lag that by up to a probe round (and
- * a real engine's /health may lag its FT status): right after the commit the survivors
- * can still be `abnormal` here. Lifting the guard's freeze at once (upstream) lets the
- * next arbitration round report those recovering survivors as EngineDeadError, a bogus
- * second fault episode. So after a commit the guard's freeze stays until no survivor is
- * abnormal in our view (checked right before each arbitration round). It stays bounded
- * by the window the Controller asked for — what is left of the guard's lease, sized by
- * the Controller to cover the transaction including the survivors' recovery — and at
- * least what our view can lag (a probe period, the probe's timeout and retries, one
- * arbitration round); at the deadline arbitration counts the survivors again. The owner
- * is cleared at once: a new transaction may guard meanwhile and takes the freeze over.
- * Deaths (pidfd) and FT-poll faults are reported throughout, as before. */
-static void commit_settle_begin(struct nm_ft *ft)
-{
-    struct nodemgr *nm = ft->nm;
-    if (!survivor_abnormal(nm)) {
-        ft->settling = false;
-        nm_unfreeze(nm, NM_FREEZE_FT_GUARD, "ft finalize commit");
-        return;
-    }
-    const struct nm_health *h = &nm->cfg->health;
-    int attempts = h->health_collector_timeout_retry_attempts > 0
-                       ? h->health_collector_timeout_retry_attempts
-                       : 1;
-    int64_t lag_ms = nm_probe_period_ms(nm) +
-                     (int64_t)h->health_collector_timeout * 1000 * attempts +
-                     nm_heartbeat_interval_ms(nm);
-    int64_t left = guard_left_ms(nm);
-    if (left < lag_ms)
-        nm_freeze(nm, NM_FREEZE_FT_GUARD, lag_ms, "ft commit: survivors still recovering");
-    ft->settling = true;
-    ft->settle_until_ms = nm->arb.freeze_until[NM_FREEZE_FT_GUARD];
-    log_info("ft_commit_settling", LF_INT("max_ms", left > lag_ms ? left : lag_ms),
-             LF_STR("why", "survivors still abnormal in the node manager's view"));
-}
-
-static void h_finalize(struct httpd_req *req, void *arg)
-{
-    struct nodemgr *nm = arg;
-    struct nm_ft *ft = nm->ft;
-    json_t *j = body_json(req);
-    if (!j)
-        return;
-    struct wire_ft_finalize_req r;
-    struct wire_err err = {{0}};
-    int rc = wire_ft_finalize_req_parse(j, &r, &err);
-    json_decref(j);
-    if (rc == -EINVAL) {
-        nm_respond_detail(req, 400, "Invalid request body: %s", err.msg);
-        return;
-    }
-    if (!proxy_on(nm)) {
-        wire_ft_finalize_req_release(&r);
-        respond_disabled(req);
-        return;
-    }
-    if (rc == 0 && (!ft->guard_owner || strcmp(ft->guard_owner, r.request_id) != 0)) {
-        wire_err_set(&err, "stale request id %.200s (guard owner: %.200s)", r.request_id,
-                     ft->guard_owner ? ft->guard_owner : "none");
-        rc = -ERANGE;
-    }
-    /* Commit: validate every id before retiring any (all or nothing). Already retired
-     * ids are fine: a repeated commit is idempotent. */
-    for (size_t i = 0; rc == 0 && r.commit && i < r.n_retired; i++) {
-        if (!nm_engine_find(nm, r.retired_endpoint_ids[i])) {
-            wire_err_set(&err, "endpoint %" PRId64 " is not managed by this node manager",
-                         r.retired_endpoint_ids[i]);
-            rc = -ERANGE;
-        }
-    }
-    if (rc < 0) {
-        log_warn("ft_finalize_rejected", LF_STR("why", err.msg));
-        nm_respond_detail(req, 502, "Engine FT finalize failed: %s", err.msg);
-        wire_ft_finalize_req_release(&r);
-        return;
-    }
-    if (r.commit) {
-        for (size_t i = 0; i < r.n_retired; i++)
-            drop_endpoint(ft, r.retired_endpoint_ids[i]);
-        nm_engine_retire(nm, r.retired_endpoint_ids, r.n_retired);
-    }
-    json_t *ids = json_array();
-    for (size_t i = 0; i < r.n_retired; i++)
-        json_array_append_new(ids, json_integer((json_int_t)r.retired_endpoint_ids[i]));
-    char *ids_text = wire_json_compact(ids);
-    json_decref(ids);
-    log_info(r.commit ? "ft_finalize_committed" : "ft_finalize_aborted",
-             LF_STR("request_id", r.request_id), LF_RAW("retired_endpoint_ids", ids_text),
-             LF_INT("dp_master_rank", r.has_dp_master_rank ? r.dp_master_rank : -1));
-    free(ids_text);
-    free(ft->last_finalized);
-    ft->last_finalized = ft->guard_owner;
-    ft->guard_owner = NULL;
-    if (r.commit)
-        commit_settle_begin(ft);
-    else
-        nm_unfreeze(nm, NM_FREEZE_FT_GUARD, "ft finalize abort");
-    httpd_respond_json(req, 200, json_pack("{s:s}", "status", r.commit ? "committed" : "aborted"));
-    wire_ft_finalize_req_release(&r);
-}
-
 static void h_state(struct httpd_req *req, void *arg)
 {
     struct nodemgr *nm = arg;
@@ -1094,16 +593,13 @@ static void h_state(struct httpd_req *req, void *arg)
     json_object_set_new(o, "polling", json_boolean(ft->polling));
     json_object_set_new(o, "started", json_boolean(ft->started));
     json_object_set_new(o, "paused", json_boolean(ft->paused));
-    json_object_set_new(o, "proxy_enabled", json_boolean(proxy_on(nm)));
-    json_object_set_new(o, "guard_owner",
-                        ft->guard_owner ? json_string(ft->guard_owner) : json_null());
-    json_object_set_new(o, "guard_left_seconds", json_real((double)guard_left_ms(nm) / 1000.0));
-    json_object_set_new(o, "commit_settling", json_boolean(ft->settling));
+    nm_scaledown_state_json(nm, o);
     json_t *eps = json_array();
     for (size_t i = 0; i < nm->n_eps; i++) {
         struct nm_endpoint *e = nm->eps[i];
         struct ft_ep *fe = ep_find(ft, e->ep.id);
-        json_t *x = json_pack("{s:I, s:b}", "id", (json_int_t)e->ep.id, "retired", e->retired);
+        json_t *x =
+            json_pack("{s:I, s:b}", "id", (json_int_t)e->ep.id, "retired", nm_engine_retired(e));
         json_object_set_new(x, "polls", json_integer(fe ? (json_int_t)fe->polls : 0));
         json_object_set_new(x, "consecutive_failures", json_integer(fe ? fe->track.failures : 0));
         json_object_set_new(x, "consecutive_404", json_integer(fe ? fe->track.n404 : 0));
@@ -1148,11 +644,6 @@ int nm_ft_init(struct nodemgr *nm)
     ft->reports_accepted = metrics_counter_labels(rf, "result", "accepted");
     ft->reports_not_accepted = metrics_counter_labels(rf, "result", "not_accepted");
     nm->ft = ft;
-    nm_route(nm, "POST", "/node-manager/fault-tolerance/status", h_status, nm, HTTPD_ROUTE_AUTH);
-    nm_route(nm, "POST", "/node-manager/fault-tolerance/apply", h_apply, nm, HTTPD_ROUTE_AUTH);
-    nm_route(nm, "POST", "/node-manager/fault-tolerance/guard", h_guard, nm, HTTPD_ROUTE_AUTH);
-    nm_route(nm, "POST", "/node-manager/fault-tolerance/finalize", h_finalize, nm,
-             HTTPD_ROUTE_AUTH);
     nm_route(nm, "GET", "/node-manager/fault-tolerance", h_state, nm, 0);
     return 0;
 }
@@ -1163,15 +654,9 @@ void nm_ft_free(struct nodemgr *nm)
     if (!ft)
         return;
     reactor_timer_stop(nm->r, &ft->poll_timer);
-    /* Fan-outs still here lost their HTTP request with the server (httpd_free runs
-     * their on_close first); whatever remains is only freed. */
-    while (ft->calls)
-        call_free(ft->calls);
     drop_state(ft);
     free(ft->eps);
     httpc_free(ft->http);
-    free(ft->guard_owner);
-    free(ft->last_finalized);
     free(ft);
     nm->ft = NULL;
 }
@@ -1219,30 +704,7 @@ void nm_ft_endpoints_reset(struct nodemgr *nm)
     drop_state(ft);
     ft->started = false;
     ft->paused = false;
-    /* A new start command begins a new story (arbitration resets on the generation). */
-    if (ft->settling) {
-        ft->settling = false;
-        nm_unfreeze(nm, NM_FREEZE_FT_GUARD, "new start command");
-    }
     ft_update(ft, "new start command");
-}
-
-void nm_ft_before_arbitration(struct nodemgr *nm)
-{
-    struct nm_ft *ft = nm->ft;
-    if (!ft || !ft->settling)
-        return;
-    if (!survivor_abnormal(nm)) {
-        ft->settling = false;
-        log_info("ft_commit_settled", LF_STR("why", "no survivor abnormal"));
-        nm_unfreeze(nm, NM_FREEZE_FT_GUARD, "ft commit: survivors recovered");
-    } else if (util_mono_ms() >= ft->settle_until_ms) {
-        /* The freeze ran out by itself: arbitration counts the survivors again. */
-        ft->settling = false;
-        log_warn("ft_commit_settle_expired",
-                 LF_STR("why", "survivors still abnormal after the post-commit window"));
-        nm_unfreeze(nm, NM_FREEZE_FT_GUARD, "ft commit: post-commit window over");
-    }
 }
 
 void nm_ft_config_updated(struct nodemgr *nm)
@@ -1260,4 +722,35 @@ void nm_ft_stop(struct nodemgr *nm)
         return;
     ft->stopped = true;
     ft_update(ft, "shutdown");
+}
+
+/* ---- for the scale-down proxy ------------------------------------------------------------- */
+
+struct httpc *nm_ft_http(struct nodemgr *nm)
+{
+    struct nm_ft *ft = nm->ft;
+    return ft ? ft->http : NULL;
+}
+
+void nm_ft_feed_entry(struct nodemgr *nm, int64_t id, json_t *raw)
+{
+    /* §8.3: known statuses also feed the normal fault-report dedup. */
+    struct nm_ft *ft = nm->ft;
+    if (!ft || !ft_active(ft) || !raw)
+        return;
+    struct nm_endpoint *e = nm_engine_find(nm, id);
+    if (!e || nm_engine_retired(e))
+        return;
+    struct wire_ft_engine_entry entry;
+    struct wire_err err = {{0}};
+    if (wire_ft_engine_entry_parse(raw, &entry, &err) < 0)
+        return;
+    observe(ft, e, ep_get(ft, id), NM_FT_EV_OK, &entry, raw, NULL);
+    wire_ft_engine_entry_release(&entry);
+}
+
+void nm_ft_forget(struct nodemgr *nm, int64_t id)
+{
+    if (nm->ft)
+        drop_endpoint(nm->ft, id);
 }

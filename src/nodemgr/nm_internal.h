@@ -10,26 +10,43 @@
  *   nm_main.c     command line, lifecycle, signals, shutdown (exit status 255), metrics
  *   nm_reload.c   config hot reload (inotify on the config file's directory)
  *   nm_api.c      the HTTP routes of spec §4 plus /metrics and /node-manager/engines
- *   nm_launch.c   start commands, launch-parameter persistence, in-place relaunch (§7.1),
- *                 the readiness wait, the standalone boot start
- *   nm_engine.c   the engine service: one supervised process per endpoint, death
- *                 detection, /health probing (§6.5), status mapping (§2.9), the local
- *                 restart policy, engine output (tail, rotated files, passthrough)
+ *   nm_phase.c    the node manager's phase machine (table below) and the dispatcher of
+ *                 engine events: the one place that drives the readiness wait, the
+ *                 arbiter's freezes, FT polling and death reporting from what happened
+ *   nm_launch.c   start commands (validation), launch-parameter persistence, the launch
+ *                 and in-place relaunch (§7.1) mechanics the phase actions call, the
+ *                 held requests they answer, the standalone boot start
+ *   nm_engine.c   the engine service: the engine state machine (table below), one
+ *                 supervised process per endpoint, death detection, /health probing
+ *                 (§6.5), status mapping (§2.9), the local restart policy, engine output
+ *   nm_death.c    fault reports of dead or abnormal engines to the Controller (§2.4):
+ *                 dedup by pid and by fault episode, the freeze on acceptance, the
+ *                 death-to-answer latency histogram
  *   nm_ctrl.c     the Controller client: register/backoff, heartbeat, reregister on 503,
  *                 software-fault reports (§5)
- *   nm_arbiter.c  suicide arbitration (§2.5) and the freeze deadlines
+ *   nm_arbiter.c  suicide arbitration (§2.5), the freeze deadlines, the grace period
  *   nm_services.c the static service registry (§2.6): activation and the phases
  *   nm_kvstore.c  the kv_store service (§2.7): MMC_LOCAL_CONFIG_PATH for engines, the
  *                 KV local service process (local_service_command), restarts
- *   nm_ft.c       engine FT manager (§2.10: status polling, deduplicated reports) and
- *                 the DP scale-down proxy routes (§8.3: status/apply/guard/finalize)
+ *   nm_ft.c       engine FT manager (§2.10): status polling, deduplicated reports
+ *   nm_scaledown.c the DP scale-down proxy routes (§8.3: status/apply/guard/finalize)
+ *
+ * State machines (CONVENTIONS 16a; docs/node-manager.md has both tables):
+ *   - an endpoint's engine is one `enum nm_engine_state`, changed only by
+ *     nm_engine_event() through `nm_engine_table` (state x event -> action, next state);
+ *   - the node manager itself is one `enum nm_phase`, changed only by nm_phase_event()
+ *     through `nm_phase_table`.
+ *   Each change is one log line (`engine_state` / `nm_phase`: from, to, event, cause);
+ *   an event a state does not take is logged and ignored. nm_engine emits, the
+ *   dispatcher (nm_phase_engine) fans out: readiness wait, restart policy or death
+ *   report, grace.
  *
  * Extension points for later helpers:
- *   - struct nodemgr has opaque slots `ft`, `kv`, `pool` for their state;
+ *   - struct nodemgr has opaque slots `ft`, `scaledown`, `kv`, `pool` for their state;
  *   - nm_route() registers extra routes on the NM's httpd (before the core's catch-alls:
  *     call it from the module's init, which runs before the core registers its routes);
  *   - the service registry (nm_services.c) is a static table of nm_service_ops;
- *   - endpoints carry `retired` (DP scale-down): the core leaves retired endpoints out of
+ *   - retired endpoints (DP scale-down, nm_engine_retired()): the core leaves them out of
  *     heartbeats, probes, arbitration and death reports;
  *   - nm_freeze()/nm_unfreeze() with a cause: the FT guard uses NM_FREEZE_FT_GUARD. */
 #ifndef MOTOR_NM_INTERNAL_H
@@ -70,7 +87,9 @@ struct nodemgr;
 /* Exit status of every shutdown path (upstream's sys.exit(-1)). */
 #define NM_EXIT_STATUS 255
 
-/* ---- runtime state of one endpoint's engine (§5.9, §6.5) ------------------------ */
+/* ---- runtime view of an engine (§5.9, §6.5) ------------------------------------------
+ * The vocabulary of upstream's status mapping and of the `runtime_state` fault reports
+ * carry: what an engine state (below) looks like from outside. */
 
 enum nm_runtime {
     NM_RT_STARTING = 0, /* spawned, /health not yet OK, within startup_timeout */
@@ -89,15 +108,113 @@ enum wire_ep_status nm_status_from_runtime(enum nm_runtime rt, enum wire_ep_stat
 
 /* The outcome of one /health probe round (§6.5). */
 enum nm_probe_result { NM_PROBE_OK = 0, NM_PROBE_FAILED };
-/* §6.5 state function after a probe of a live, non-headless process: ok => ready;
- * failed => starting while the state is still starting and the startup window
- * (startup_timeout_ms since spawn) is open, else unhealthy. */
+/* §6.5 state function after a probe of a live, non-headless process, read off the
+ * engine table: ok => ready; failed => starting while the state is still starting and
+ * the startup window (startup_timeout_ms since spawn) is open, else unhealthy. A runtime
+ * no probe runs in (stopping, stopped) is returned unchanged. */
 enum nm_runtime nm_runtime_after_probe(enum nm_runtime cur, enum nm_probe_result res,
                                        int64_t since_spawn_ms, int64_t startup_timeout_ms);
 
 /* Local restart policy: the delay after `cur` (0 = first restart => initial), doubled
  * and capped at max. */
 int64_t nm_backoff_next(int64_t cur_ms, int64_t initial_ms, int64_t max_ms);
+
+/* ---- the engine state machine (nm_engine.c) ------------------------------------------
+ * One state per endpoint. The states with a process (nm_engine_state_has_process) are
+ * exactly those in which the endpoint's proc has not been reaped yet; a new engine
+ * state is one enum value plus its row of nm_engine_table. */
+
+enum nm_engine_state {
+    NM_ES_STOPPED = 0,      /* no process: never spawned, exited (restart_policy
+                               controller), stopped by a group stop, rolled back */
+    NM_ES_STARTING,         /* spawned, /health not OK yet */
+    NM_ES_RUNNING,          /* headless endpoint, its process alive (nothing to probe) */
+    NM_ES_READY,            /* /health OK */
+    NM_ES_UNHEALTHY,        /* /health failing after ready, or past startup_timeout */
+    NM_ES_STOPPING,         /* a group stop takes the process down (SIGTERM, grace, SIGKILL) */
+    NM_ES_BACKOFF,          /* local restart policy: dead, its restart timer armed */
+    NM_ES_FAILED,           /* local restart policy gave up (restart_start_limit) */
+    NM_ES_RETIRED,          /* DP scale-down committed; its process still runs, left alone */
+    NM_ES_RETIRED_STOPPING, /* retired, and a group stop takes its process down */
+    NM_ES_RETIRED_STOPPED,  /* retired, no process */
+    NM_ES_COUNT,
+};
+
+enum nm_engine_event {
+    NM_EV_NONE = -1,       /* no follow-up */
+    NM_EV_SPAWNED = 0,     /* a process was started for the endpoint */
+    NM_EV_SPAWN_FAILED,    /* a local restart could not start one */
+    NM_EV_EXITED,          /* the pidfd fired: the process exited and was reaped */
+    NM_EV_GONE,            /* the health check found it reaped without an exit event */
+    NM_EV_PROBE_OK,        /* GET /health answered 2xx */
+    NM_EV_PROBE_FAILED,    /* GET /health failed, within startup_timeout since the spawn */
+    NM_EV_STARTUP_TIMEOUT, /* GET /health failed and startup_timeout since the spawn is over */
+    NM_EV_ALIVE,           /* a probe round saw a headless endpoint's process alive */
+    NM_EV_STOP,            /* a group stop (stop, relaunch, a start with another spec,
+                              shutdown): stop the process, drop a pending restart */
+    NM_EV_KILL,            /* kill now (shutdown deadline, second signal) */
+    NM_EV_ROLLBACK,        /* a launch failed half-way: all or nothing (§6.1) */
+    NM_EV_BACKOFF,         /* local restart policy: restart after the next backoff */
+    NM_EV_GIVE_UP,         /* local restart policy: restart_start_limit reached */
+    NM_EV_RESTART_DUE,     /* the backoff timer fired */
+    NM_EV_RETIRE,          /* DP scale-down commit */
+    NM_EV_RESET,           /* relaunch: restart bookkeeping back to zero */
+    NM_EV_COUNT,
+};
+
+/* What a transition does besides changing the state (nm_engine.c runs the engine-local
+ * part; the dispatcher reacts to DIED, SPAWN_FAILED and GIVE_UP). */
+enum nm_engine_action {
+    NM_EA_ILLEGAL = 0,    /* not an event this state takes: logged and ignored */
+    NM_EA_NONE,           /* legal, nothing to do */
+    NM_EA_SPAWNED,        /* a fresh story: status initial (unless paused) */
+    NM_EA_SPAWN_FAILED,   /* status from `stopped`; dispatcher: restart policy again */
+    NM_EA_DIED,           /* unexpected death: counted, logged, status; dispatcher: report
+                             it (restart_policy controller) or the local restart policy */
+    NM_EA_DIED_RETIRED,   /* a retired engine died: counted, logged, status; nobody told */
+    NM_EA_STOPPED,        /* the exit a group stop asked for: logged */
+    NM_EA_GONE,           /* lost exit event: status from `stopped` */
+    NM_EA_PROBED,         /* status from the new state's runtime view */
+    NM_EA_STOP,           /* SIGTERM the group (grace, SIGKILL), counted by the group stop */
+    NM_EA_KILL,           /* SIGKILL the group and reap it now */
+    NM_EA_CANCEL_RESTART, /* the pending restart is dropped */
+    NM_EA_ROLLBACK,       /* kill now if alive; status from `stopped` */
+    NM_EA_BACKOFF,        /* next backoff delay, restart timer armed */
+    NM_EA_GIVE_UP,        /* logged; dispatcher: report the last death */
+    NM_EA_RESTART,        /* count the restart, spawn: follow-up SPAWNED or SPAWN_FAILED */
+    NM_EA_RETIRE,         /* logged */
+    NM_EA_RESET,          /* backoff and restart window back to zero */
+    NM_EA_COUNT,
+};
+
+/* One cell of the table: act == NM_EA_ILLEGAL for an event the state does not take. */
+struct nm_engine_cell {
+    uint8_t act;  /* enum nm_engine_action */
+    uint8_t next; /* enum nm_engine_state */
+};
+extern const struct nm_engine_cell nm_engine_table[NM_ES_COUNT][NM_EV_COUNT];
+
+const char *nm_engine_state_str(enum nm_engine_state s);
+const char *nm_engine_event_str(enum nm_engine_event ev);
+const char *nm_engine_action_str(enum nm_engine_action a);
+/* The runtime view of a state: backoff/failed/retired_stopped look `stopped`; retired
+ * and retired_stopping look `stopping` (status kept as it was). */
+enum nm_runtime nm_engine_state_runtime(enum nm_engine_state s);
+bool nm_engine_state_has_process(enum nm_engine_state s);
+/* States that are probed (their /health, or the liveness of a headless process). */
+bool nm_engine_state_probed(enum nm_engine_state s);
+bool nm_engine_state_retired(enum nm_engine_state s);
+/* The event a /health probe outcome is, since_spawn_ms after the spawn. */
+enum nm_engine_event nm_engine_probe_event(enum nm_probe_result res, int64_t since_spawn_ms,
+                                           int64_t startup_timeout_ms);
+
+/* A transition that happened, as the dispatcher sees it. cause: static string. */
+struct nm_engine_change {
+    enum nm_engine_state from, to;
+    enum nm_engine_event ev;
+    enum nm_engine_action act;
+    const char *cause;
+};
 
 /* ---- one endpoint ------------------------------------------------------------------ */
 
@@ -106,7 +223,7 @@ struct nm_endpoint {
     size_t index;               /* position in this pod (device pinning, ports) */
     struct wire_endpoint ep;    /* from the start command (owned copy) */
     enum wire_ep_status status; /* what heartbeats report */
-    enum nm_runtime rt;
+    enum nm_engine_state state; /* changed by nm_engine_event() only */
 
     struct proc *proc;      /* current or last process; NULL before the first spawn */
     pid_t pid;              /* of proc (kept after exit for logs/API) */
@@ -114,29 +231,37 @@ struct nm_endpoint {
     int64_t spawned_ms;     /* CLOCK_MONOTONIC of the last spawn */
     int64_t ready_since_ms; /* since when continuously ready, 0 = not ready */
     unsigned spawns;        /* processes started for this endpoint */
+
+    /* The last exit (API, reports, restart policy); has_last_exit says it is filled. */
     bool has_last_exit;
     struct proc_status last_exit;
     int64_t last_exit_wall_ms;
+    int64_t last_exit_mono_ms; /* when the pidfd said so (death report latency) */
     int64_t last_exit_uptime_ms;
+    int64_t last_exit_healthy_ms; /* how long it had been continuously ready */
 
     /* /health probing */
-    struct httpc_req *probe; /* in flight, NULL otherwise */
+    struct httpc_req *probe; /* in flight, NULL otherwise (only in probed states) */
     int probe_attempt;       /* 1.. (timeout-only retries) */
 
-    /* flags */
-    bool stop_requested;     /* a group stop is going on: its exit is not a death */
-    bool ever_normal;        /* §2.5 ever-NORMAL rule */
-    bool reported_abnormal;  /* §2.5 dedup within a fault episode */
-    bool retired;            /* DP scale-down committed: out of every decision */
-    bool failed;             /* local restart policy gave up (start limit) */
-    pid_t reported_dead_pid; /* death of this pid already reported (accepted) */
+    /* Facts about the endpoint's history, not phases of its engine (they outlive every
+     * state change and are reset by other rules): */
+    bool ever_normal;        /* §2.5 ever-NORMAL rule: it has been `normal` at least once
+                                since the start command (arbitration reports only those) */
+    bool reported_abnormal;  /* §2.5 dedup: reported in this fault episode (nm_death.c);
+                                cleared by a healthy arbitration round or a relaunch */
+    pid_t reported_dead_pid; /* dedup: the death of this pid was accepted already */
 
-    /* local restart policy */
+    /* local restart policy (restart_timer armed exactly while state == NM_ES_BACKOFF) */
     struct reactor_timer restart_timer;
-    bool restart_pending;
     int64_t backoff_ms; /* delay used by the last restart, 0 = none yet */
     int window_starts;  /* restarts since the backoff was last reset */
 };
+
+static inline bool nm_engine_retired(const struct nm_endpoint *e)
+{
+    return nm_engine_state_retired(e->state);
+}
 
 /* ---- service registry (§2.6) ------------------------------------------------------- */
 
@@ -297,9 +422,86 @@ struct nm_metrics {
     struct metrics_histogram *death_report_latency;
 };
 
-/* ---- the daemon -------------------------------------------------------------------- */
+/* ---- the node manager's phase machine (nm_phase.c) ------------------------------------
+ * What the node manager as a whole is doing. Requests and callbacks turn into phase
+ * events; nm_phase_event() looks the (phase, event) cell up in nm_phase_table, moves to
+ * the cell's next phase (one `nm_phase` log line), runs the cell's action (which may
+ * yield one follow-up event, processed at once). Events raised while an action runs
+ * (a group stop that is over at once, an engine that changed state) are queued and
+ * processed after it, in order, each kind at most once (run to completion). */
 
-enum nm_wait_kind { NM_WAIT_NONE = 0, NM_WAIT_START, NM_WAIT_RELAUNCH };
+enum nm_phase {
+    NM_PH_IDLE = 0,           /* no start carried out (boot, or the last start failed) */
+    NM_PH_STOPPING_FOR_START, /* a start with another spec: the old engines go first */
+    NM_PH_STARTING,           /* engines of a start launched: readiness wait */
+    NM_PH_RUNNING,            /* a start carried out, nothing in progress */
+    NM_PH_RELAUNCH_STOPPING,  /* engine-restart accepted: every engine group stops */
+    NM_PH_RELAUNCHING,        /* engines relaunched in place: readiness wait (§7.1) */
+    NM_PH_EXITING,            /* POST /node-manager/stop accepted: services stop, then
+                                 the shutdown (no more starts or relaunches) */
+    NM_PH_SHUTTING_DOWN,      /* the shutdown (exit status 255) */
+    NM_PH_COUNT,
+};
+
+enum nm_phase_event {
+    NM_PEV_NONE = -1,
+    NM_PEV_START = 0,        /* a valid start command while engines are alive */
+    NM_PEV_LAUNCH,           /* a valid start command with no engine alive */
+    NM_PEV_RELAUNCH,         /* a valid engine-restart (services prepared) */
+    NM_PEV_STOP,             /* POST /node-manager/stop */
+    NM_PEV_SHUTDOWN,         /* nm_shutdown(): signal, suicide, stdin "stop", /stop's end */
+    NM_PEV_ENGINES_STOPPED,  /* the group stop a phase asked for is over */
+    NM_PEV_SERVICES_STOPPED, /* /stop: every service stopped */
+    NM_PEV_ENGINES_CHANGED,  /* an engine changed state: re-evaluate the readiness wait */
+    NM_PEV_READY,            /* every (non-retired) endpoint ready (headless: running) */
+    NM_PEV_ENGINE_LOST,      /* an engine died while loading (restart_policy controller) */
+    NM_PEV_WAIT_TIMEOUT,     /* startup_timeout elapsed in a readiness wait */
+    NM_PEV_LAUNCH_FAILED,    /* the launch or the relaunch's respawn failed */
+    NM_PEV_COUNT,
+};
+
+enum nm_phase_action {
+    NM_PA_ILLEGAL = 0,        /* not an event this phase takes: logged and ignored */
+    NM_PA_NONE,               /* legal, nothing to do */
+    NM_PA_REJECT_BUSY,        /* a request refused: 409 (another one in progress) */
+    NM_PA_REJECT_STOPPING,    /* a request refused: 503 "Node manager is stopping" */
+    NM_PA_STOP_FOR_START,     /* stop every engine group, then ENGINES_STOPPED */
+    NM_PA_LAUNCH,             /* launch the held start command, answer it, arm the wait */
+    NM_PA_RELAUNCH_STOP,      /* stop every engine group, then ENGINES_STOPPED */
+    NM_PA_RESPAWN,            /* banner, respawn from the launch parameters, answer, wait */
+    NM_PA_EXIT,               /* the Controller hears nothing more; every service stops */
+    NM_PA_EXIT_SOON,          /* answer /stop; the shutdown NM_STOP_EXIT_DELAY_MS later */
+    NM_PA_ANSWER_STOP,        /* answer /stop (already shutting down) */
+    NM_PA_SHUTDOWN,           /* the shutdown itself (nm_shutdown_run) */
+    NM_PA_ABANDON,            /* a held start/relaunch answered 503 (stopping) */
+    NM_PA_CHECK_START,        /* all ready? => READY */
+    NM_PA_CHECK_RELAUNCH,     /* all ready? => READY; an engine lost? => ENGINE_LOST */
+    NM_PA_STARTED,            /* engines ready after a start: FT polling may begin */
+    NM_PA_START_NOT_READY,    /* logged; the engines stay what they are */
+    NM_PA_RELAUNCHED,         /* freezes lifted, new fault episode, FT polling resumed */
+    NM_PA_RELAUNCH_NOT_READY, /* logged; FT stays paused, the relaunch freeze expires */
+    NM_PA_COUNT,
+};
+
+struct nm_phase_cell {
+    uint8_t act;  /* enum nm_phase_action */
+    uint8_t next; /* enum nm_phase */
+};
+extern const struct nm_phase_cell nm_phase_table[NM_PH_COUNT][NM_PEV_COUNT];
+
+const char *nm_phase_str(enum nm_phase p);
+const char *nm_phase_event_str(enum nm_phase_event ev);
+const char *nm_phase_action_str(enum nm_phase_action a);
+
+/* Pending phase events (see above): each kind at most once, so NM_PEV_COUNT slots. */
+struct nm_phase_queue {
+    int8_t ev[NM_PEV_COUNT];
+    const char *cause[NM_PEV_COUNT];
+    unsigned n;
+    unsigned running; /* nesting depth of nm_phase_event() (0 = not processing) */
+};
+
+/* ---- the daemon -------------------------------------------------------------------- */
 
 struct nodemgr {
     struct reactor *r;
@@ -313,25 +515,30 @@ struct nodemgr {
     struct nm_metrics m;
     int64_t boot_ms;
 
-    /* lifecycle */
-    bool shutting_down;
-    bool kill_now_requested;
+    /* lifecycle: the phase, changed by nm_phase_event() only */
+    enum nm_phase phase;
+    struct nm_phase_queue phq;
     int exit_code;
     struct reactor_timer stop_exit_timer; /* POST /stop => shutdown 0.5 s later */
     struct reactor_timer shutdown_timer;  /* deadline of the graceful shutdown */
     struct reactor_timer tick_timer;      /* daemon_loop_interval: health checks */
+    struct reactor_timer wait_timer;      /* startup_timeout of a readiness wait, armed
+                                             only in NM_PH_STARTING / NM_PH_RELAUNCHING */
 
     /* services */
     struct nm_service services[NM_MAX_SERVICES];
     size_t n_services;
-    bool has_engine;
+    bool has_engine; /* configuration fact: the engine service is active */
 
     /* the current start command (RegisterManager) and its endpoints (HeartbeatManager) */
     struct wire_start_cmd *launch; /* stored launch params, NULL = no start recorded */
     struct nm_endpoint **eps;      /* endpoints of the current start, n_eps of them */
     size_t n_eps;
     uint64_t generation; /* bumped by every accepted (non-identical) start */
-    bool grace;          /* §2.5 grace period */
+    /* §2.5's cold-start grace period: an input of arbitration that runs alongside the
+     * phases, from a start (or the first relaunch of restored parameters) to its end
+     * condition (first normal endpoint, startup_timeout, a death) — not a phase. */
+    bool grace;
     int64_t grace_since_ms;
     struct reactor_timer probe_timer;
 
@@ -339,18 +546,12 @@ struct nodemgr {
     unsigned stops_pending;
     struct nm_stop_waiter *stop_waiters;
 
-    /* readiness wait after a start or relaunch */
-    enum nm_wait_kind wait_kind;
-    int64_t wait_deadline_ms;
-    struct reactor_timer wait_timer;
-
-    /* relaunch (§7.1) */
-    bool relaunching;
+    /* Requests held until a phase is over (data the phase actions answer; the phase,
+     * not these pointers, says what is going on — a client may go away meanwhile). */
     unsigned relaunch_count;
-    struct httpd_req *pending_req;        /* a start/relaunch answered after a group stop */
-    struct wire_start_cmd *pending_start; /* the start waiting for the old engines to go */
-    struct httpd_req *stop_req;           /* POST /stop answered once everything stopped */
-    bool exiting;                         /* POST /stop accepted: no more starts/relaunches */
+    struct httpd_req *pending_req;        /* the start/relaunch answered after its stop */
+    struct wire_start_cmd *pending_start; /* the start command waiting to be launched */
+    struct httpd_req *stop_req;           /* POST /stop, answered once everything stopped */
 
     struct nm_ctrl ctrl;
     struct nm_arbiter arb;
@@ -379,6 +580,7 @@ struct nodemgr {
 
     /* extension slots (opaque to the core) */
     void *ft;
+    void *scaledown;
     void *kv;
     void *pool;
 };
@@ -394,16 +596,20 @@ static inline void nm_timer_start(struct reactor *r, struct reactor_timer *t, re
 }
 
 /* ---- nm_main.c ---------------------------------------------------------------------- */
-/* Begin the graceful shutdown (idempotent): stop heartbeats and registration, the FT
- * manager, the services (engines: SIGTERM, grace, SIGKILL, sweep), then end the loop.
- * The process exits with NM_EXIT_STATUS. */
+/* Ask for the graceful shutdown (idempotent): NM_PEV_SHUTDOWN. The process exits with
+ * NM_EXIT_STATUS. reason: a static string. */
 void nm_shutdown(struct nodemgr *nm, const char *reason);
+/* The shutdown itself (the action of NM_PEV_SHUTDOWN): stop heartbeats and
+ * registration, the FT manager, the services (engines: SIGTERM, grace, SIGKILL,
+ * sweep), then end the loop. */
+void nm_shutdown_run(struct nodemgr *nm, const char *reason);
 /* Register a route on the NM's API server (see httpd_route). */
 void nm_route(struct nodemgr *nm, const char *method, const char *pattern, httpd_handler fn,
               void *arg, unsigned flags);
 /* Interval helpers from the live config. */
 int64_t nm_heartbeat_interval_ms(const struct nodemgr *nm);
 int64_t nm_probe_period_ms(const struct nodemgr *nm);
+int64_t nm_stop_grace_ms(const struct nodemgr *nm);
 
 /* ---- nm_reload.c -------------------------------------------------------------------- */
 int nm_reload_init(struct nodemgr *nm);
@@ -418,8 +624,35 @@ int nm_api_init(struct nodemgr *nm); /* creates nm->api and registers the routes
 void nm_respond_detail(struct httpd_req *req, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* ---- nm_phase.c --------------------------------------------------------------------- */
+/* Raise a phase event (see the table above). cause: a static string (logged). */
+void nm_phase_event(struct nodemgr *nm, enum nm_phase_event ev, const char *cause);
+/* What the current phase would do with ev, without doing it (requests read their
+ * verdict — NM_PA_REJECT_* — before they validate further). */
+enum nm_phase_action nm_phase_verdict(const struct nodemgr *nm, enum nm_phase_event ev);
+/* Phase queries for the other modules. */
+static inline bool nm_shutting_down(const struct nodemgr *nm)
+{
+    return nm->phase == NM_PH_SHUTTING_DOWN;
+}
+/* /stop accepted or shutting down: the Controller hears nothing more. */
+static inline bool nm_stopping(const struct nodemgr *nm)
+{
+    return nm->phase == NM_PH_EXITING || nm->phase == NM_PH_SHUTTING_DOWN;
+}
+static inline bool nm_relaunching(const struct nodemgr *nm)
+{
+    return nm->phase == NM_PH_RELAUNCH_STOPPING || nm->phase == NM_PH_RELAUNCHING;
+}
+/* The dispatcher: every engine transition (nm_engine_event) ends here. It re-evaluates
+ * the readiness wait (NM_PEV_ENGINES_CHANGED), and for a death applies the restart
+ * policy: local => the backoff (nm_engine_restart_policy), controller => the grace ends
+ * and the death is reported (nm_death_report); a local give-up is reported too. */
+void nm_phase_engine(struct nm_endpoint *e, const struct nm_engine_change *c);
+
 /* ---- nm_launch.c -------------------------------------------------------------------- */
-/* POST /node-manager/start, /engine-restart, /stop (they may suspend the request). */
+/* POST /node-manager/start, /engine-restart, /stop: validation, then a phase event (the
+ * request may be held and answered by the phase's action). */
 void nm_launch_handle_start(struct nodemgr *nm, struct httpd_req *req);
 void nm_launch_handle_restart(struct nodemgr *nm, struct httpd_req *req);
 void nm_launch_handle_stop(struct nodemgr *nm, struct httpd_req *req);
@@ -427,17 +660,39 @@ void nm_launch_handle_stop(struct nodemgr *nm, struct httpd_req *req);
 void nm_launch_restore(struct nodemgr *nm);
 /* Standalone boot start: synthesize a start from the config and launch. 0 or -errno. */
 int nm_launch_standalone(struct nodemgr *nm);
-/* An endpoint's runtime state changed: re-evaluate the readiness wait. */
-void nm_launch_runtime_changed(struct nodemgr *nm);
-/* Shutdown: drop pending requests, stop timers. */
+/* The launch of nm->pending_start (taken): services prepared, endpoints set,
+ * generation bumped, grace begun, engines spawned, other services pulled, parameters
+ * saved, probes and heartbeats started. 0, or -errno with the answer's detail in why
+ * (nothing is left launched). */
+int nm_launch_begin(struct nodemgr *nm, char *why, size_t cap);
+/* The relaunch's respawn after its group stop: banner, restart state reset, engines
+ * spawned from nm->launch, parameters saved, probes and heartbeats started. 0, or
+ * -errno with the engine error in why. */
+int nm_launch_respawn(struct nodemgr *nm, char *why, size_t cap);
+/* Answer the held start/relaunch request (if its client is still there); body taken. */
+void nm_launch_answer_json(struct nodemgr *nm, int status, json_t *body);
+void nm_launch_answer_error(struct nodemgr *nm, int status, const char *detail);
+/* Answer the held /stop request, if any. */
+void nm_launch_answer_stop(struct nodemgr *nm);
+/* A held start/relaunch will not happen (stopping): 503, pending start freed. */
+void nm_launch_abandon(struct nodemgr *nm);
+/* Shutdown: drop the pending start, stop the exit timer. */
 void nm_launch_shutdown(struct nodemgr *nm);
 /* Serialize / parse the persisted launch parameters (pure; unit-tested). */
 json_t *nm_launch_state_to_json(const struct wire_start_cmd *launch, unsigned relaunch_count);
 int nm_launch_state_parse(json_t *j, struct wire_start_cmd *out, struct wire_err *err);
 
 /* ---- nm_engine.c -------------------------------------------------------------------- */
+/* The one way an engine changes state: look up (e->state, ev), log the change, run the
+ * action (and its follow-up), tell the dispatcher. An illegal event is logged
+ * (`engine_event_ignored`) and ignored. cause: a static string. */
+void nm_engine_event(struct nm_endpoint *e, enum nm_engine_event ev, const char *cause);
+/* Local restart policy after a death (healthy_ms: how long the dead process had been
+ * ready) or a failed restart (0): NM_EV_BACKOFF, or NM_EV_GIVE_UP at the start limit. */
+void nm_engine_restart_policy(struct nm_endpoint *e, int64_t healthy_ms);
 /* Replace the endpoint set by the start command's endpoints (all statuses as received,
- * normally initial). Frees the old endpoints (their processes must be gone). */
+ * normally initial; every engine `stopped`). Frees the old endpoints (their processes
+ * must be gone). */
 void nm_engine_set_endpoints(struct nodemgr *nm, const struct wire_start_cmd *cmd);
 void nm_engine_free_endpoints(struct nodemgr *nm);
 /* Spawn one process per (non-retired) endpoint from nm->launch. On failure every
@@ -464,15 +719,28 @@ bool nm_engine_all_normal(const struct nodemgr *nm);
 bool nm_engine_none_abnormal(const struct nodemgr *nm);
 /* Every endpoint ready (headless: running). */
 bool nm_engine_all_ready(const struct nodemgr *nm);
+/* Some non-retired endpoint looks `stopped` (no process: stopped, backoff, failed). */
 bool nm_engine_any_stopped(const struct nodemgr *nm);
+/* Not counted by arbitration: retired, or awaiting a local restart. */
+bool nm_engine_excluded(const struct nm_endpoint *e);
 /* Retire endpoints (DP scale-down commit): validated by the caller. */
 void nm_engine_retire(struct nodemgr *nm, const int64_t *ids, size_t n);
 /* JSON for GET /node-manager/engines. */
 json_t *nm_engine_list_json(struct nodemgr *nm);
-/* Reset the local restart state (a relaunch or new start). */
+/* Reset the local restart state (a relaunch): NM_EV_RESET to every endpoint. */
 void nm_engine_reset_restart_state(struct nodemgr *nm);
 /* Open the passthrough fd (stdout, non-blocking where possible). */
 void nm_engine_passthrough_init(struct nodemgr *nm);
+
+/* ---- nm_death.c ---------------------------------------------------------------------- */
+/* Report the death of e's last process (EngineDeadError, engine_status 1, pid, exit
+ * code, signal in additional_info, source "pidfd") right away (§2.4 process monitor).
+ * Not for a retired endpoint, nor twice for one pid once accepted. exited_ms: the
+ * monotonic time of the death (the latency histogram observes it at the answer). */
+void nm_death_report(struct nm_endpoint *e, int64_t exited_ms);
+/* Report an endpoint arbitration found abnormal (§2.5), once per fault episode (marked
+ * in flight; confirmed by acceptance). Standalone: logged only. */
+void nm_death_report_abnormal(struct nm_endpoint *e);
 
 /* ---- nm_ctrl.c ---------------------------------------------------------------------- */
 void nm_ctrl_init(struct nodemgr *nm);
@@ -505,8 +773,6 @@ void nm_unfreeze(struct nodemgr *nm, enum nm_freeze_cause c, const char *why);
 bool nm_frozen(const struct nodemgr *nm);
 /* A new fault episode: counter and flag reset, reported-abnormal set cleared. */
 void nm_arb_new_episode(struct nodemgr *nm);
-/* Report a death (pid exit) of endpoint e right away (§2.4 process monitor). */
-void nm_report_death(struct nm_endpoint *e, const struct proc_status *st, int64_t exited_ms);
 /* Grace bookkeeping: ends at the first NORMAL, at startup_timeout, or at a death. */
 void nm_grace_end(struct nodemgr *nm, const char *cause);
 
@@ -520,8 +786,8 @@ void nm_pool_shutdown(struct nodemgr *nm);
 void nm_pool_free(struct nodemgr *nm);
 
 /* ---- nm_ft.c ------------------------------------------------------------------------ */
-/* Register the FT routes (/node-manager/fault-tolerance/{status,apply,guard,finalize})
- * and create nm->ft. Called before the core routes. 0 or -errno. */
+/* Create nm->ft (its HTTP client, metrics) and register GET /node-manager/fault-tolerance.
+ * Called before the core routes. 0 or -errno. */
 int nm_ft_init(struct nodemgr *nm);
 void nm_ft_free(struct nodemgr *nm);
 /* Engines became ready after a start (start polling when FT is enabled). */
@@ -529,15 +795,46 @@ void nm_ft_engines_ready(struct nodemgr *nm);
 /* Relaunch: pause polling while engines are down; resume (dedup/failure state cleared). */
 void nm_ft_pause(struct nodemgr *nm);
 void nm_ft_resume(struct nodemgr *nm);
-/* A new start command replaced the endpoints: clear retired state, restart polling. */
+/* A new start command replaced the endpoints: per-endpoint state dropped, polling
+ * waits for the new engines. */
 void nm_ft_endpoints_reset(struct nodemgr *nm);
 /* The config was reloaded (start/stop polling on an enable flip). */
 void nm_ft_config_updated(struct nodemgr *nm);
-/* Right before each arbitration round: ends the post-commit freeze of a DP scale-down
- * once no survivor is abnormal (or its bounded window is over). */
-void nm_ft_before_arbitration(struct nodemgr *nm);
 /* Shutdown: stop polling. */
 void nm_ft_stop(struct nodemgr *nm);
+/* For the scale-down proxy (nm_scaledown.c), which shares the FT manager's HTTP client
+ * and feeds its dedup. Both cap an engine's FT answer and an error text alike: */
+#define NM_FT_MAX_RESPONSE (1u << 20)
+#define NM_FT_ERR_MAX 600
+struct httpc *nm_ft_http(struct nodemgr *nm);
+int64_t nm_ft_poll_timeout_ms(const struct nodemgr *nm);
+/* http://<ip>:<port><path> of an endpoint's engine (heap). */
+char *nm_ft_endpoint_url(const struct nm_endpoint *e, const char *path);
+/* A failed answer as text: transport error, or "http <status>: <body>". */
+void nm_ft_resp_error_text(const struct httpc_response *resp, char *buf, size_t cap);
+/* The endpoint's raw entry in an engine's status reply (new reference), or NULL with
+ * the reason in why. */
+json_t *nm_ft_find_entry(const struct httpc_response *resp, int64_t id, char *why, size_t cap);
+/* A status entry the proxy saw (§8.3: feeds the report dedup while polling). */
+void nm_ft_feed_entry(struct nodemgr *nm, int64_t id, json_t *raw);
+/* A committed retirement: the endpoint's poll state is dropped. */
+void nm_ft_forget(struct nodemgr *nm, int64_t id);
+/* GET /node-manager/fault-tolerance: the scale-down proxy adds its keys (below). */
+
+/* ---- nm_scaledown.c ------------------------------------------------------------------ */
+/* Register the DP scale-down proxy routes (/node-manager/fault-tolerance/{status,apply,
+ * guard,finalize}) and create nm->scaledown; after nm_ft_init. 0 or -errno. */
+int nm_scaledown_init(struct nodemgr *nm);
+/* Fan-outs in flight freed (their HTTP requests went with the server); after httpd_free,
+ * before nm_ft_free. */
+void nm_scaledown_free(struct nodemgr *nm);
+/* A new start command: a commit still settling ends (its freeze lifted). */
+void nm_scaledown_endpoints_reset(struct nodemgr *nm);
+/* Right before each arbitration round: ends the post-commit freeze of a DP scale-down
+ * once no survivor is abnormal (or its bounded window is over). */
+void nm_scaledown_before_arbitration(struct nodemgr *nm);
+/* proxy_enabled, guard_owner, guard_left_seconds, commit_settling into o. */
+void nm_scaledown_state_json(struct nodemgr *nm, json_t *o);
 
 /* The FT manager's per-endpoint poll bookkeeping (§2.10), a pure state machine
  * (unit-tested): consecutive transport failures => one EngineDeadError; consecutive

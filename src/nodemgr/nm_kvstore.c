@@ -158,7 +158,7 @@ static void on_kv_exit(struct proc *p, const struct proc_status *st, void *arg)
     kv->last_exit = *st;
     kv->last_exit_wall_ms = util_wall_ms();
     kv->last_exit_uptime_ms = proc_uptime_ms(p);
-    if (kv->stopping || !kv->wanted || nm->shutting_down) {
+    if (kv->stopping || !kv->wanted || nm_shutting_down(nm)) {
         log_info("kv_service_stopped", LF_INT("pid", kv->pid), LF_INT("exit_code", st->code),
                  LF_INT("signal", st->signo));
         return;
@@ -312,7 +312,7 @@ static void kv_kill_now(struct nodemgr *nm, void *state)
 static void kv_health_check(struct nodemgr *nm, void *state)
 {
     struct nm_kv *kv = state;
-    if (!kv->wanted || kv->stopping || nm->shutting_down || kv_running(kv))
+    if (!kv->wanted || kv->stopping || nm_shutting_down(nm) || kv_running(kv))
         return;
     if (!restart_enabled(nm->cfg)) {
         if (!kv->restart_refused_logged)

@@ -1,10 +1,11 @@
-/* nm_launch — start commands (§2.8, §4, §5.4), launch-parameter persistence, in-place
- * relaunch (§7.1), the readiness wait after a start or relaunch, and the standalone boot
- * start.
+/* nm_launch — start commands (§2.8, §4, §5.4), launch-parameter persistence, the launch
+ * and in-place relaunch (§7.1) mechanics, and the standalone boot start.
  *
- * Flows that must first take old engines down (a start with another spec, a relaunch,
- * /stop) suspend their HTTP request, run a graceful group stop (SIGTERM, grace, SIGKILL,
- * sweep) in the reactor and answer when it is done. */
+ * The handlers validate a request, read the phase's verdict (nm_phase_verdict: 409 while
+ * another flow runs, 503 while stopping) and raise a phase event; flows that must first
+ * take old engines down (a start with another spec, a relaunch, /stop) hold their HTTP
+ * request, and the phase's action answers it when the group stop (SIGTERM, grace,
+ * SIGKILL, sweep) is over. The readiness wait is the phase machine's (nm_phase.c). */
 #include "nodemgr/nm_internal.h"
 
 #include "common/log.h"
@@ -19,11 +20,6 @@
 
 #define STATE_VERSION 1
 #define STATE_MAX_BYTES (16u << 20)
-
-static int64_t stop_grace_ms(const struct nodemgr *nm)
-{
-    return nm_config_ms(nm->cfg->stop_grace_seconds);
-}
 
 /* ---- persisted launch parameters --------------------------------------------------------- */
 
@@ -182,8 +178,7 @@ static void pending_hold(struct nodemgr *nm, struct httpd_req *req)
     httpd_req_on_close(req, pending_closed, nm);
 }
 
-/* Answer the suspended start/relaunch request, if its client is still there. */
-static void pending_answer_json(struct nodemgr *nm, int status, json_t *body)
+void nm_launch_answer_json(struct nodemgr *nm, int status, json_t *body)
 {
     struct httpd_req *req = nm->pending_req;
     nm->pending_req = NULL;
@@ -195,88 +190,32 @@ static void pending_answer_json(struct nodemgr *nm, int status, json_t *body)
     httpd_respond_json(req, status, body);
 }
 
-static void pending_answer_error(struct nodemgr *nm, int status, const char *detail)
+void nm_launch_answer_error(struct nodemgr *nm, int status, const char *detail)
 {
-    pending_answer_json(nm, status, json_pack("{s:s}", "detail", detail));
+    nm_launch_answer_json(nm, status, json_pack("{s:s}", "detail", detail));
 }
 
-/* ---- readiness wait ---------------------------------------------------------------------- */
-
-static void wait_finish(struct nodemgr *nm, bool ok, const char *why)
+void nm_launch_abandon(struct nodemgr *nm)
 {
-    enum nm_wait_kind kind = nm->wait_kind;
-    nm->wait_kind = NM_WAIT_NONE;
-    reactor_timer_stop(nm->r, &nm->wait_timer);
-    if (kind == NM_WAIT_START) {
-        if (ok) {
-            log_info("engines_ready",
-                     LF_INT("instance_id", nm->launch ? nm->launch->instance_id : -1),
-                     LF_INT("endpoints", nm->n_eps));
-            /* FT polling only for engines that made it: a cold-start failure never enters
-             * the runtime FT pipeline (§2.4 phase 3). */
-            nm_ft_engines_ready(nm);
-        } else {
-            log_warn("engines_not_ready", LF_STR("why", why));
-        }
-        return;
-    }
-    if (kind != NM_WAIT_RELAUNCH)
-        return;
-    nm->relaunching = false;
-    if (ok) {
-        /* The newest upstream fix (§12.1): a successful relaunch closes the fault episode,
-         * so a re-failure inside the old window is reported again. */
-        nm_unfreeze(nm, NM_FREEZE_RELAUNCH, "relaunch ready");
-        nm_unfreeze(nm, NM_FREEZE_FAULT, "relaunch ready");
-        nm_arb_new_episode(nm);
-        nm_ft_resume(nm);
-        log_info("relaunch_ready", LF_INT("relaunch", nm->relaunch_count));
-    } else {
-        /* FT polling stays paused; the relaunch freeze expires by itself and the
-         * container-restart fallback comes back. */
-        log_warn("relaunch_not_ready", LF_INT("relaunch", nm->relaunch_count), LF_STR("why", why));
-    }
-}
-
-static void wait_timeout(struct reactor *r, void *arg)
-{
-    (void)r;
-    wait_finish(arg, false, "startup_timeout elapsed");
-}
-
-static void wait_begin(struct nodemgr *nm, enum nm_wait_kind kind)
-{
-    nm->wait_kind = kind;
-    nm_timer_start(nm->r, &nm->wait_timer, wait_timeout, nm,
-                   (int64_t)nm->cfg->health.startup_timeout * 1000, 0);
-    nm_launch_runtime_changed(nm);
-}
-
-void nm_launch_runtime_changed(struct nodemgr *nm)
-{
-    if (nm->wait_kind == NM_WAIT_NONE)
-        return;
-    if (nm_engine_all_ready(nm)) {
-        wait_finish(nm, true, NULL);
-        return;
-    }
-    if (nm->wait_kind == NM_WAIT_RELAUNCH && nm->cfg->restart_policy == NM_RESTART_CONTROLLER &&
-        nm_engine_any_stopped(nm))
-        wait_finish(nm, false, "an engine died while loading");
+    free_start(nm->pending_start);
+    nm->pending_start = NULL;
+    nm_launch_answer_error(nm, 503, "Node manager is stopping");
 }
 
 /* ---- start ---------------------------------------------------------------------------------- */
 
-/* Launch nm->pending_start now that no old engine runs. Returns the HTTP status to
- * answer (200 or 500) with the detail in why. */
-static int start_launch(struct nodemgr *nm, char *why, size_t cap)
+int nm_launch_begin(struct nodemgr *nm, char *why, size_t cap)
 {
     struct wire_start_cmd *cmd = nm->pending_start;
     nm->pending_start = NULL;
+    if (!cmd) {
+        snprintf(why, cap, "Failed to start native engine: no start command");
+        return -EINVAL;
+    }
     if (nm_services_prepare(nm, (int)cmd->n_endpoints) < 0) {
         free_start(cmd);
         snprintf(why, cap, "Failed to start native engine: service prepare failed");
-        return 500;
+        return -EIO;
     }
     free_start(nm->launch);
     nm->launch = cmd;
@@ -285,6 +224,7 @@ static int start_launch(struct nodemgr *nm, char *why, size_t cap)
     nm->grace = true;
     nm->grace_since_ms = util_mono_ms();
     nm_ft_endpoints_reset(nm);
+    nm_scaledown_endpoints_reset(nm);
     log_info("endpoints_set", LF_INT("instance_id", cmd->instance_id),
              LF_INT("generation", (long long)nm->generation), LF_INT("endpoints", cmd->n_endpoints),
              LF_STR("role", wire_role_str(cmd->role)));
@@ -294,7 +234,7 @@ static int start_launch(struct nodemgr *nm, char *why, size_t cap)
         nm_engine_free_endpoints(nm);
         free_start(nm->launch);
         nm->launch = NULL;
-        return 500;
+        return -EIO;
     }
     if (nm_services_pull_others(nm, &err) < 0) {
         snprintf(why, cap, "Failed to start KV store service: %s", err.msg);
@@ -302,30 +242,19 @@ static int start_launch(struct nodemgr *nm, char *why, size_t cap)
         nm_engine_free_endpoints(nm);
         free_start(nm->launch);
         nm->launch = NULL;
-        return 500;
+        return -EIO;
     }
     state_save(nm);
     nm_engine_probes_start(nm);
     nm_ctrl_heartbeat_start(nm);
-    wait_begin(nm, NM_WAIT_START);
-    return 200;
+    return 0;
 }
 
-static void start_after_stop(struct nodemgr *nm, void *arg)
+/* The 409 detail while another flow runs. */
+static const char *busy_detail(const struct nodemgr *nm)
 {
-    (void)arg;
-    if (nm->exiting || nm->shutting_down) {
-        free_start(nm->pending_start);
-        nm->pending_start = NULL;
-        pending_answer_error(nm, 503, "Node manager is stopping");
-        return;
-    }
-    char why[WIRE_ERR_MAX + 64];
-    int status = start_launch(nm, why, sizeof(why));
-    if (status == 200)
-        pending_answer_json(nm, 200, json_object());
-    else
-        pending_answer_error(nm, status, why);
+    return nm_relaunching(nm) ? "Engine restart already in progress"
+                              : "Start command already in progress";
 }
 
 void nm_launch_handle_start(struct nodemgr *nm, struct httpd_req *req)
@@ -336,7 +265,8 @@ void nm_launch_handle_start(struct nodemgr *nm, struct httpd_req *req)
                           "engine (kv_cache_store_config.mode is separated)");
         return;
     }
-    if (nm->exiting || nm->shutting_down) {
+    enum nm_phase_action verdict = nm_phase_verdict(nm, NM_PEV_START);
+    if (verdict == NM_PA_REJECT_STOPPING) {
         nm_respond_detail(req, 503, "Node manager is stopping");
         return;
     }
@@ -363,10 +293,8 @@ void nm_launch_handle_start(struct nodemgr *nm, struct httpd_req *req)
         wire_start_cmd_release(&cmd);
         return;
     }
-    if (nm->relaunching || nm->pending_req || nm->pending_start) {
-        nm_respond_detail(req, 409,
-                          nm->relaunching ? "Engine restart already in progress"
-                                          : "Start command already in progress");
+    if (verdict == NM_PA_REJECT_BUSY) {
+        nm_respond_detail(req, 409, "%s", busy_detail(nm));
         wire_start_cmd_release(&cmd);
         return;
     }
@@ -376,7 +304,8 @@ void nm_launch_handle_start(struct nodemgr *nm, struct httpd_req *req)
     if (nm->launch && nm->n_eps && same_launch(nm->launch, &cmd) && nm_engine_any_alive(nm)) {
         bool all = true;
         for (size_t i = 0; i < nm->n_eps; i++)
-            if (!nm->eps[i]->retired && !(nm->eps[i]->proc && proc_running(nm->eps[i]->proc)))
+            if (!nm_engine_retired(nm->eps[i]) &&
+                !(nm->eps[i]->proc && proc_running(nm->eps[i]->proc)))
                 all = false;
         if (all) {
             log_info("start_unchanged", LF_INT("instance_id", cmd.instance_id));
@@ -409,40 +338,16 @@ void nm_launch_handle_start(struct nodemgr *nm, struct httpd_req *req)
     }
     nm->pending_start = xmalloc(sizeof(cmd));
     *nm->pending_start = cmd;
-    if (nm_engine_any_alive(nm)) {
-        /* Another spec: the old engines go first (upstream refuses with a 500 and the
-         * instance times out; the Controller's newest word wins here). */
-        log_info("start_replacing_engines", LF_INT("instance_id", cmd.instance_id));
-        pending_hold(nm, req);
-        nm_engine_stop_all(nm, stop_grace_ms(nm), start_after_stop, NULL);
-        return;
-    }
-    char status_why[WIRE_ERR_MAX + 64];
-    int status = start_launch(nm, status_why, sizeof(status_why));
-    if (status == 200)
-        httpd_respond_json(req, 200, json_object());
-    else
-        nm_respond_detail(req, status, "%s", status_why);
+    pending_hold(nm, req);
+    /* Alive engines of another spec go first (NM_PA_STOP_FOR_START); the phase's action
+     * answers the request. */
+    nm_phase_event(nm, nm_engine_any_alive(nm) ? NM_PEV_START : NM_PEV_LAUNCH, "start command");
 }
 
 /* ---- relaunch (§7.1) ------------------------------------------------------------------------ */
 
-static void relaunch_fail(struct nodemgr *nm, const char *why)
+int nm_launch_respawn(struct nodemgr *nm, char *why, size_t cap)
 {
-    nm->relaunching = false;
-    nm_unfreeze(nm, NM_FREEZE_RELAUNCH, "relaunch failed");
-    nm_ft_resume(nm);
-    log_error("relaunch_failed", LF_STR("why", why));
-}
-
-static void relaunch_after_stop(struct nodemgr *nm, void *arg)
-{
-    (void)arg;
-    if (nm->exiting || nm->shutting_down) {
-        nm->relaunching = false;
-        pending_answer_error(nm, 503, "Node manager is stopping");
-        return;
-    }
     char ts[40], banner[160];
     util_wall_iso8601(util_wall_ms(), ts, sizeof(ts));
     snprintf(banner, sizeof(banner), "[ENGINE RELAUNCH #%u] instance_id=%lld %s",
@@ -451,18 +356,14 @@ static void relaunch_after_stop(struct nodemgr *nm, void *arg)
     nm_engine_reset_restart_state(nm);
     struct wire_err err = {{0}};
     if (nm_engine_spawn_all(nm, &err) < 0) {
-        char why[WIRE_ERR_MAX + 32];
-        snprintf(why, sizeof(why), "Engine restart failed: %s", err.msg);
-        relaunch_fail(nm, err.msg);
-        pending_answer_error(nm, 500, why);
-        return;
+        snprintf(why, cap, "%s", err.msg);
+        return -EIO;
     }
     metrics_counter_inc(nm->m.relaunches);
     state_save(nm);
     nm_engine_probes_start(nm);
     nm_ctrl_heartbeat_start(nm);
-    wait_begin(nm, NM_WAIT_RELAUNCH);
-    pending_answer_json(nm, 200, json_pack("{s:s}", "message", "engine restart accepted"));
+    return 0;
 }
 
 void nm_launch_handle_restart(struct nodemgr *nm, struct httpd_req *req)
@@ -490,11 +391,12 @@ void nm_launch_handle_restart(struct nodemgr *nm, struct httpd_req *req)
         httpd_respond_json(req, 200, json_pack("{s:s}", "message", "abort accepted"));
         return;
     }
-    if (nm->exiting || nm->shutting_down) {
+    enum nm_phase_action verdict = nm_phase_verdict(nm, NM_PEV_RELAUNCH);
+    if (verdict == NM_PA_REJECT_STOPPING) {
         nm_respond_detail(req, 503, "Node manager is stopping");
         return;
     }
-    if (nm->relaunching || nm->pending_req || nm->pending_start) {
+    if (verdict == NM_PA_REJECT_BUSY) {
         nm_respond_detail(req, 409, "Engine restart already in progress");
         return;
     }
@@ -506,7 +408,6 @@ void nm_launch_handle_restart(struct nodemgr *nm, struct httpd_req *req)
         nm_respond_detail(req, 400, "No engine start recorded, nothing to restart");
         return;
     }
-    nm->relaunching = true;
     nm->relaunch_count++;
     log_info("relaunch_accepted", LF_INT("relaunch", nm->relaunch_count),
              LF_INT("instance_id", nm->launch->instance_id));
@@ -514,7 +415,10 @@ void nm_launch_handle_restart(struct nodemgr *nm, struct httpd_req *req)
     nm_freeze(nm, NM_FREEZE_RELAUNCH, nm_config_ms(nm->cfg->ft.engine_restart_freeze_sec),
               "relaunch");
     if (nm_services_prepare(nm, (int)nm->launch->n_endpoints) < 0) {
-        relaunch_fail(nm, "service prepare failed");
+        /* Refused before it began: the phase stays what it was. */
+        nm_unfreeze(nm, NM_FREEZE_RELAUNCH, "relaunch failed");
+        nm_ft_resume(nm);
+        log_error("relaunch_failed", LF_STR("why", "service prepare failed"));
         nm_respond_detail(req, 500, "Engine restart failed: service prepare failed");
         return;
     }
@@ -526,56 +430,37 @@ void nm_launch_handle_restart(struct nodemgr *nm, struct httpd_req *req)
         nm->grace_since_ms = util_mono_ms();
     }
     pending_hold(nm, req);
-    nm_engine_stop_all(nm, stop_grace_ms(nm), relaunch_after_stop, NULL);
+    nm_phase_event(nm, NM_PEV_RELAUNCH, "engine-restart");
 }
 
 /* ---- stop ------------------------------------------------------------------------------------ */
 
-static void stop_exit_fire(struct reactor *r, void *arg)
+void nm_launch_answer_stop(struct nodemgr *nm)
 {
-    (void)r;
-    nm_shutdown(arg, "stop requested");
-}
-
-static void stop_done(struct nodemgr *nm, void *arg)
-{
-    (void)arg;
-    log_info("engines_stopped", LF_STR("cause", "stop route"));
     struct httpd_req *req = nm->stop_req;
     nm->stop_req = NULL;
-    if (req) {
-        httpd_req_on_close(req, NULL, NULL);
-        httpd_respond_json(
-            req, 200, json_pack("{s:s}", "message", "All engine processes stopped successfully."));
-    }
-    /* Upstream SIGTERMs itself 0.5 s later: the answer gets out, then the pod restarts. */
-    nm_timer_start(nm->r, &nm->stop_exit_timer, stop_exit_fire, nm, NM_STOP_EXIT_DELAY_MS, 0);
+    if (!req)
+        return;
+    httpd_req_on_close(req, NULL, NULL);
+    httpd_respond_json(req, 200,
+                       json_pack("{s:s}", "message", "All engine processes stopped successfully."));
 }
 
 void nm_launch_handle_stop(struct nodemgr *nm, struct httpd_req *req)
 {
-    if (nm->stop_req) {
+    enum nm_phase_action verdict = nm_phase_verdict(nm, NM_PEV_STOP);
+    if (verdict == NM_PA_REJECT_BUSY) {
         nm_respond_detail(req, 409, "Stop already in progress");
         return;
     }
-    if (nm->shutting_down) {
+    if (verdict == NM_PA_REJECT_STOPPING) {
         nm_respond_detail(req, 503, "Node manager is stopping");
         return;
     }
     log_info("stop_requested", LF_STR("peer", httpd_req_peer(req)));
-    nm->exiting = true;
-    /* From the moment the stop is accepted the Controller hears nothing more from us: it
-     * has written this pod off, and heartbeats would keep reporting the engines we are
-     * stopping (their last probed status) for the whole grace. Arbitration and FT polling
-     * end too: the engines going down now is what was asked for, not a fault. */
-    nm_ctrl_stop(nm);
-    nm_arb_stop(nm);
-    nm_ft_stop(nm);
-    nm->wait_kind = NM_WAIT_NONE;
-    reactor_timer_stop(nm->r, &nm->wait_timer);
     nm->stop_req = req;
     httpd_req_on_close(req, pending_closed, nm);
-    nm_services_stop(nm, stop_grace_ms(nm), stop_done, NULL);
+    nm_phase_event(nm, NM_PEV_STOP, "stop route");
 }
 
 /* ---- standalone -------------------------------------------------------------------------------
@@ -603,9 +488,9 @@ int nm_launch_standalone(struct nodemgr *nm)
     nm->pending_start = cmd;
     log_info("standalone_start", LF_INT("endpoints", cmd->n_endpoints),
              LF_STR("engine_type", nm_engine_type_str(cfg->engine_type)));
-    char why[WIRE_ERR_MAX + 64];
-    if (start_launch(nm, why, sizeof(why)) != 200) {
-        log_error("standalone_start_failed", LF_STR("why", why));
+    nm_phase_event(nm, NM_PEV_LAUNCH, "standalone boot");
+    if (nm->phase == NM_PH_IDLE) {
+        log_error("standalone_start_failed", LF_STR("why", "the launch failed (start_failed)"));
         return -EIO;
     }
     return 0;
@@ -613,8 +498,6 @@ int nm_launch_standalone(struct nodemgr *nm)
 
 void nm_launch_shutdown(struct nodemgr *nm)
 {
-    nm->wait_kind = NM_WAIT_NONE;
-    reactor_timer_stop(nm->r, &nm->wait_timer);
     reactor_timer_stop(nm->r, &nm->stop_exit_timer);
     free_start(nm->pending_start);
     nm->pending_start = NULL;

@@ -27,6 +27,11 @@ int64_t nm_heartbeat_interval_ms(const struct nodemgr *nm)
     return ms < 10 ? 10 : ms;
 }
 
+int64_t nm_stop_grace_ms(const struct nodemgr *nm)
+{
+    return nm_config_ms(nm->cfg->stop_grace_seconds);
+}
+
 int64_t nm_probe_period_ms(const struct nodemgr *nm)
 {
     /* Upstream polls every second; with a shorter heartbeat interval probe at least as
@@ -100,9 +105,11 @@ static void stdin_unwatch(struct nodemgr *nm);
 
 void nm_shutdown(struct nodemgr *nm, const char *reason)
 {
-    if (nm->shutting_down)
-        return;
-    nm->shutting_down = true;
+    nm_phase_event(nm, NM_PEV_SHUTDOWN, reason);
+}
+
+void nm_shutdown_run(struct nodemgr *nm, const char *reason)
+{
     log_info("nm_shutdown", LF_STR("reason", reason), LF_INT("exit_code", nm->exit_code));
     stdin_unwatch(nm);
     nm_ctrl_stop(nm);
@@ -113,7 +120,7 @@ void nm_shutdown(struct nodemgr *nm, const char *reason)
     nm_ft_stop(nm);
     nm_pool_shutdown(nm);
     nm_launch_shutdown(nm);
-    int64_t grace = nm_config_ms(nm->cfg->stop_grace_seconds);
+    int64_t grace = nm_stop_grace_ms(nm);
     nm_timer_start(nm->r, &nm->shutdown_timer, shutdown_deadline, nm, grace + SHUTDOWN_SLACK_MS, 0);
     /* Reverse registration order; engines get SIGTERM, the grace, SIGKILL, the sweep. */
     nm_services_stop(nm, grace, shutdown_done, NULL);
@@ -133,7 +140,7 @@ static void on_signal(struct reactor *r, int signo, void *arg)
         break;
     case SIGINT:
     case SIGTERM:
-        if (nm->shutting_down) {
+        if (nm_shutting_down(nm)) {
             /* A second signal: no more grace. */
             log_warn("nm_kill_now", LF_INT("signal", signo));
             nm_services_kill_now(nm);
@@ -273,6 +280,7 @@ static void nm_free(struct nodemgr *nm)
     nm_pool_free(nm);
     httpd_free(nm->api);
     nm->api = NULL;
+    nm_scaledown_free(nm);
     nm_ft_free(nm);
     nm_ctrl_free(nm);
     nm_engine_probes_stop(nm);

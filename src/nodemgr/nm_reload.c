@@ -157,7 +157,7 @@ static void on_inotify(struct reactor *r, int fd, uint32_t events, void *arg)
                 relevant = true;
         }
     }
-    if (relevant && !nm->shutting_down)
+    if (relevant && !nm_shutting_down(nm))
         nm_timer_start(nm->r, &nm->reload_timer, reload_fire, nm, RELOAD_DEBOUNCE_MS, 0);
 }
 
