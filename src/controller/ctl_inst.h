@@ -93,6 +93,7 @@ struct ctl_inst {
     char *published_body;      /* the Instance JSON pushed last (for a later del) */
     struct ctl_ft_rt *ft;      /* fault-tolerance runtime (owned by the daemon) */
     void *strategy;            /* running strategy (owned by the daemon) */
+    int recovery;              /* the fault manager's enum ctl_rec_state (ctl_faults.c) */
     struct ctl_faults *faults; /* collected software faults (owned by the daemon) */
     int start_inflight;        /* start commands in flight */
     bool probing;              /* reachability / isolation probe in flight */

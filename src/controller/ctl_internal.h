@@ -8,6 +8,7 @@
 
 #include "controller/ctl_asm.h"
 #include "controller/ctl_config.h"
+#include "controller/ctl_fsm.h"
 #include "controller/ctl_ft.h"
 #include "controller/ctl_inst.h"
 #include "controller/store.h"
@@ -215,21 +216,57 @@ void ctl_strategy_detach(struct ctl *c, struct ctl_inst *in);
 #define STRAT_SCALE_DOWN "DpScaleDownStrategy"
 #define STRAT_RECONFIG "InstanceReconfigurationStrategy"
 
-/* The common head of every strategy object (in->strategy points at it). */
+/* The common head of every strategy object (in->strategy points at it). Each strategy
+ * is a state table (ctl_fsm.h): its states, events and table live in its own file. */
 struct ctl_strategy {
     const char *name;
     struct ctl *c;
     int64_t instance_id;
-    int inflight;  /* requests in flight: the object lives until they all finished */
-    bool finished; /* terminal: free once inflight drops to 0 */
-    bool detached; /* the instance went away */
+    const struct ctl_fsm *fsm; /* the strategy's table */
+    int state;                 /* in fsm; a terminal state = finished */
+    int inflight; /* requests in flight: the object lives until they all finished */
     struct reactor_timer timer;
     void (*free_fn)(struct ctl_strategy *s);
+    /* The instance went away: move to the strategy's DETACHED state (terminal, nothing
+     * reported). */
+    void (*detach_fn)(struct ctl_strategy *s);
 };
+/* In a terminal state (SUCCESS, FAILED, DETACHED): answers still in flight are dropped. */
+bool ctl_strategy_over(const struct ctl_strategy *s);
 /* Free a finished strategy once nothing is in flight. */
 void ctl_strategy_release(struct ctl_strategy *s);
 
+/* Start a strategy on `in` (0), or -1 when one runs already or it cannot apply. A start
+ * that fails at once reports through ctl_strategy_finished() before returning 0, which
+ * may free `in`. */
 int ctl_relaunch_start(struct ctl *c, struct ctl_inst *in);
 int ctl_scaledown_start(struct ctl *c, struct ctl_inst *in, const int64_t *candidates, size_t n);
+
+/* The tables (ctl_fsm.h), for the unit tests and the docs. */
+extern const struct ctl_fsm ctl_relaunch_fsm;
+extern const struct ctl_fsm ctl_scaledown_fsm;
+
+/* ---- the fault manager's recovery of an instance (ctl_faults.c) --------------------- */
+enum ctl_rec_state {
+    REC_IDLE = 0,    /* no strategy runs */
+    REC_SCALE_DOWN,  /* DpScaleDownStrategy */
+    REC_RELAUNCH,    /* EngineRelaunchStrategy */
+    REC_RECONFIGURE, /* InstanceReconfigurationStrategy: the instance is deleted (terminal) */
+};
+#define REC_STATE_COUNT 4
+enum ctl_rec_event {
+    REC_EV_DEAD_SCALABLE = 0,    /* DEAD engines and the scale-down gate is open */
+    REC_EV_DEAD_RELAUNCH,        /* DEAD engines, gate closed, engine relaunch enabled */
+    REC_EV_DEAD_NO_STRATEGY,     /* DEAD engines and nothing applies (logged no_strategy) */
+    REC_EV_FALLBACK_RELAUNCH,    /* a failed / interrupted scale-down falls back to relaunch */
+    REC_EV_FALLBACK_RECONFIGURE, /* ... or to reconfiguration */
+    REC_EV_RECOVERED,            /* the strategy succeeded: serve again */
+    REC_EV_FAILED_RECONFIGURE,   /* engine relaunch failed: reconfiguration */
+    REC_EV_EXHAUSTED,            /* engine relaunch failed, reconfiguration disabled */
+    REC_EV_START_FAILED,         /* the strategy could not start */
+    REC_EV_RECONFIGURE,          /* rebuild now (a member restarted and registered again) */
+};
+#define REC_EV_COUNT 10
+extern const struct ctl_fsm ctl_recovery_fsm;
 
 #endif
