@@ -144,6 +144,11 @@ struct ctl_inst *ctl_inst_from_store_json(json_t *j, struct wire_err *err);
 json_t *ctl_inst_coord_json(const struct ctl_inst *in, const int64_t *exclude, size_t n_exclude,
                             int status);
 
+/* ---- arrays of instances (the daemon's tables) -------------------------------------- */
+void ctl_inst_vec_push(struct ctl_inst ***v, size_t *n, struct ctl_inst *in);
+/* Remove `in` (keeping the order); no-op when absent. */
+void ctl_inst_vec_remove(struct ctl_inst **v, size_t *n, struct ctl_inst *in);
+
 /* ---- small sets of ids (sorted, unique heap arrays) --------------------------------- */
 bool ctl_ids_has(const int64_t *v, size_t n, int64_t id);
 /* Insert keeping order; no-op when present. */

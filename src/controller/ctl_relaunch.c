@@ -15,6 +15,11 @@
  *                     keep their freeze, whose deadline is the fallback), then FAILED
  *   SUCCESS / FAILED  terminal; FAILED escalates to reconfiguration (ctl_faults.c).
  *
+ * The steps are the states of rl_table (INIT, PROBE, DISPATCH, POLL, RESTART_CONTAINER,
+ * SUCCESS, FAILED, DETACHED; PROBE..POLL all report RELAUNCH_ENGINE upstream); every
+ * change goes through rl_to(), which logs it (ctl_fsm_step) and runs what the new state
+ * does (rl_enter).
+ *
  * Upstream polls the relaxed status only; requiring fresh NORMAL heartbeats as well
  * keeps a node manager that still reports its pre-relaunch statuses from ending the
  * strategy before the engines are actually back (§12.9, §12.22). */

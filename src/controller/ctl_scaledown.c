@@ -20,10 +20,15 @@
  *                     and the new master rank); dead_committed accumulates
  *   CLEANUP           POST_SCALE_CLEANUP (with enable_dp_scale_up: stop NMs left without
  *                     a rank), SCALED_DOWN_RUNNING, publish the survivors
- * Every exit without a commit sends finalize abort to every NM (errors only logged);
- * failures put the runtime in RECONFIGURING with a fallback strategy. A single status
- * blip ("unknown", a failed NM query) never retires a rank (§12.4): only an
- * engine-reported `dead` or a DEAD fault report is evidence. */
+ * A failure once the guard is held and before the commit sends finalize abort to every
+ * NM (errors only logged); failures put the runtime in RECONFIGURING with a fallback
+ * strategy. A single status blip ("unknown", a failed NM query) never retires a rank
+ * (§12.4): only an engine-reported `dead` or a DEAD fault report is evidence.
+ *
+ * The steps are the states of sd_table (DECIDING is split into DECIDING and VERIFY,
+ * plus the terminal SUCCESS, FAILED and DETACHED); every change goes through sd_to(),
+ * which logs it (ctl_fsm_step) and runs what the new state does (sd_enter). Each state
+ * reports its upstream phase name (sd_phase_names) to the runtime and the log. */
 #include "controller/ctl_internal.h"
 
 #include "common/log.h"
@@ -697,7 +702,7 @@ static void sd_done(struct ctl *c, const struct httpc_response *resp, void *arg,
             round_err(s, "%s failed on %s: %s",
                       s->base.state == SD_GUARD   ? "guard"
                       : s->base.state == SD_APPLY ? "apply"
-                                            : "commit",
+                                                  : "commit",
                       s->nms[i].key, ctl_http_err(resp));
         break;
     case SD_WAIT_READY:
@@ -747,11 +752,10 @@ static void sd_round(struct scaledown *s)
     /* Count first: a round completes when `left` drops to zero. */
     bool *go = xcalloc(s->n_nms + 1, sizeof(bool));
     s->left = 0;
+    int st = s->base.state;
+    bool needs_survivors = st == SD_WAIT_READY || st == SD_WAIT_HEALTHY || st == SD_APPLY;
     for (size_t i = 0; i < s->n_nms; i++) {
-        bool needs_survivors =
-            s->base.state == SD_WAIT_READY || s->base.state == SD_WAIT_HEALTHY || s->base.state == SD_APPLY;
-        go[i] =
-            s->base.state == SD_VERIFY ? s->nms[i].n_cand > 0 : !needs_survivors || s->nms[i].n_surv > 0;
+        go[i] = st == SD_VERIFY ? s->nms[i].n_cand > 0 : !needs_survivors || s->nms[i].n_surv > 0;
         s->left += go[i];
     }
     if (s->left == 0) {

@@ -6,7 +6,7 @@
 #include <string.h>
 
 static const char *const state_names[REQ_STATE_COUNT] = {
-    [REQ_ROUTING] = "ROUTING",     [REQ_PREFILL] = "PREFILL", [REQ_DECODE] = "DECODE",
+    [REQ_ROUTING] = "ROUTING",     [REQ_PREFILL] = "PREFILL",     [REQ_DECODE] = "DECODE",
     [REQ_BUFFERING] = "BUFFERING", [REQ_STREAMING] = "STREAMING", [REQ_BACKOFF] = "BACKOFF",
     [REQ_DONE] = "DONE",
 };

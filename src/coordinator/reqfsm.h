@@ -64,7 +64,7 @@ enum reqfsm_event {
 };
 #define REQ_EV_COUNT 17
 
-const char *reqfsm_state_name(enum reqfsm_state s); /* "ROUTING", ... ("?" if out of range) */
+const char *reqfsm_state_name(enum reqfsm_state s);  /* "ROUTING", ... ("?" if out of range) */
 const char *reqfsm_event_name(enum reqfsm_event ev); /* "HANDOFF", ... */
 
 /* The table: the new state for (from, ev), or -1 when the event is illegal there. */

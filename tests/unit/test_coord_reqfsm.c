@@ -96,7 +96,7 @@ static void test_every_cell(void **state)
     /* out of range: illegal, never a crash */
     assert_int_equal(reqfsm_next(REQ_STATE_COUNT, REQ_EV_SENT), -1);
     assert_int_equal(reqfsm_next(REQ_ROUTING, REQ_EV_COUNT), -1);
-    assert_int_equal(reqfsm_next((enum reqfsm_state)-1, REQ_EV_SENT), -1);
+    assert_int_equal(reqfsm_next((enum reqfsm_state) - 1, REQ_EV_SENT), -1);
 }
 
 static void test_names(void **state)
