@@ -158,6 +158,72 @@ json_t *ctl_fault_report(struct ctl *c, const struct wire_fault_report *r, int *
                              json_pack("{s:b}", "accepted", 1));
 }
 
+/* ---- the recovery table ---------------------------------------------------------------- */
+
+/* What the fault manager is doing about an instance: nothing (IDLE), running one of the
+ * strategies, or rebuilding it (RECONFIGURE: the instance is deleted, terminal). The
+ * data-dependent choices (is the gate open, is relaunch enabled, what is the fallback)
+ * are made where the evidence is and arrive as distinct events. */
+static const char *const rec_state_names[REC_STATE_COUNT] = {
+    [REC_IDLE] = "IDLE",
+    [REC_SCALE_DOWN] = STRAT_SCALE_DOWN,
+    [REC_RELAUNCH] = STRAT_RELAUNCH,
+    [REC_RECONFIGURE] = STRAT_RECONFIG,
+};
+static const char *const rec_event_names[REC_EV_COUNT] = {
+    [REC_EV_DEAD_SCALABLE] = "DEAD_SCALABLE",
+    [REC_EV_DEAD_RELAUNCH] = "DEAD_RELAUNCH",
+    [REC_EV_DEAD_NO_STRATEGY] = "DEAD_NO_STRATEGY",
+    [REC_EV_FALLBACK_RELAUNCH] = "FALLBACK_RELAUNCH",
+    [REC_EV_FALLBACK_RECONFIGURE] = "FALLBACK_RECONFIGURE",
+    [REC_EV_RECOVERED] = "RECOVERED",
+    [REC_EV_FAILED_RECONFIGURE] = "FAILED_RECONFIGURE",
+    [REC_EV_EXHAUSTED] = "EXHAUSTED",
+    [REC_EV_START_FAILED] = "START_FAILED",
+    [REC_EV_RECONFIGURE] = "RECONFIGURE",
+};
+
+#define TO(x) ((int8_t)((x) + 1))
+static const int8_t rec_table[REC_STATE_COUNT][REC_EV_COUNT] = {
+    [REC_IDLE] = {[REC_EV_DEAD_SCALABLE] = TO(REC_SCALE_DOWN),
+                  [REC_EV_DEAD_RELAUNCH] = TO(REC_RELAUNCH),
+                  [REC_EV_DEAD_NO_STRATEGY] = TO(REC_IDLE),
+                  /* an interrupted transaction (controller restart) resumes its fallback */
+                  [REC_EV_FALLBACK_RELAUNCH] = TO(REC_RELAUNCH),
+                  [REC_EV_FALLBACK_RECONFIGURE] = TO(REC_RECONFIGURE),
+                  [REC_EV_RECONFIGURE] = TO(REC_RECONFIGURE)},
+    [REC_SCALE_DOWN] = {[REC_EV_RECOVERED] = TO(REC_IDLE),
+                        [REC_EV_FALLBACK_RELAUNCH] = TO(REC_RELAUNCH),
+                        [REC_EV_FALLBACK_RECONFIGURE] = TO(REC_RECONFIGURE),
+                        [REC_EV_START_FAILED] = TO(REC_IDLE),
+                        [REC_EV_RECONFIGURE] = TO(REC_RECONFIGURE)},
+    [REC_RELAUNCH] = {[REC_EV_RECOVERED] = TO(REC_IDLE),
+                      [REC_EV_FAILED_RECONFIGURE] = TO(REC_RECONFIGURE),
+                      [REC_EV_EXHAUSTED] = TO(REC_IDLE),
+                      [REC_EV_START_FAILED] = TO(REC_IDLE),
+                      [REC_EV_RECONFIGURE] = TO(REC_RECONFIGURE)},
+};
+
+const struct ctl_fsm ctl_recovery_fsm = {
+    .name = "recovery",
+    .n_states = REC_STATE_COUNT,
+    .n_events = REC_EV_COUNT,
+    .states = rec_state_names,
+    .events = rec_event_names,
+    .table = &rec_table[0][0],
+    .terminal = 1u << REC_RECONFIGURE,
+};
+
+/* The one transition function of the recovery table; the caller then does what the new
+ * state means (start a strategy, reconfigure, serve again). */
+static bool rec_to(struct ctl_inst *in, enum ctl_rec_event ev, const char *cause)
+{
+    return ctl_fsm_step(&ctl_recovery_fsm, &in->recovery, (int)ev, in->id, cause) >= 0;
+}
+
+static void reconfigure_now(struct ctl *c, struct ctl_inst *in, const char *reason,
+                            ssize_t except_idx);
+
 /* ---- strategy center ---------------------------------------------------------------------- */
 
 void ctl_faults_kick(struct ctl *c)
@@ -170,13 +236,18 @@ static void run_fallback(struct ctl *c, struct ctl_inst *in)
 {
     const char *fb = in->ft && in->ft->fallback ? in->ft->fallback : STRAT_RECONFIG;
     log_warn("fallback_strategy", LF_INT("instance_id", in->id), LF_STR("strategy", fb));
+    const char *reason =
+        in->ft && in->ft->last_error ? in->ft->last_error : "fallback after a failed strategy";
     if (strcmp(fb, STRAT_RELAUNCH) == 0 && c->cfg.relaunch_enable && in->ever_ready) {
+        if (!rec_to(in, REC_EV_FALLBACK_RELAUNCH, reason))
+            return;
         if (ctl_relaunch_start(c, in) == 0)
             return;
+        if (!rec_to(in, REC_EV_START_FAILED, "engine relaunch could not start"))
+            return;
     }
-    ctl_reconfigure(
-        c, in,
-        in->ft && in->ft->last_error ? in->ft->last_error : "fallback after a failed strategy", -1);
+    if (rec_to(in, REC_EV_FALLBACK_RECONFIGURE, reason))
+        reconfigure_now(c, in, reason, -1);
 }
 
 static void consider(struct ctl *c, struct ctl_inst *in, int64_t now)
@@ -228,15 +299,20 @@ static void consider(struct ctl *c, struct ctl_inst *in, int64_t now)
     }
     /* The strategy owns this episode: reports arriving meanwhile start the next one. The
      * faults are dropped first because a strategy that fails at once may escalate and
-     * free the instance. */
+     * free the instance (so nothing touches `in` after a start that succeeded). */
     ctl_faults_free(in);
-    if (in->ft && in->ft->gate == 0)
-        ctl_scaledown_start(c, in, dead, n_dead);
-    else if (c->cfg.relaunch_enable)
-        ctl_relaunch_start(c, in);
-    else
+    if (in->ft && in->ft->gate == 0) {
+        if (rec_to(in, REC_EV_DEAD_SCALABLE, "DEAD engines reported, the gate allows it") &&
+            ctl_scaledown_start(c, in, dead, n_dead) < 0)
+            rec_to(in, REC_EV_START_FAILED, "DP scale-down could not start");
+    } else if (c->cfg.relaunch_enable) {
+        if (rec_to(in, REC_EV_DEAD_RELAUNCH, "DEAD engines reported") &&
+            ctl_relaunch_start(c, in) < 0)
+            rec_to(in, REC_EV_START_FAILED, "engine relaunch could not start");
+    } else if (rec_to(in, REC_EV_DEAD_NO_STRATEGY, "DEAD engines reported")) {
         log_warn("no_strategy", LF_INT("instance_id", in->id),
                  LF_STR("reason", "engine relaunch disabled and DP scale-down not applicable"));
+    }
     free(dead);
 }
 
@@ -259,9 +335,14 @@ void ctl_faults_tick(struct ctl *c)
 
 /* ---- strategies: common ------------------------------------------------------------------- */
 
+bool ctl_strategy_over(const struct ctl_strategy *s)
+{
+    return ctl_fsm_terminal(s->fsm, s->state);
+}
+
 void ctl_strategy_release(struct ctl_strategy *s)
 {
-    if (!s->finished || s->inflight > 0)
+    if (!ctl_strategy_over(s) || s->inflight > 0)
         return;
     reactor_timer_stop(s->c->r, &s->timer);
     s->free_fn(s);
@@ -274,10 +355,7 @@ void ctl_strategy_detach(struct ctl *c, struct ctl_inst *in)
     if (!s)
         return;
     in->strategy = NULL;
-    s->detached = true;
-    s->finished = true;
-    reactor_timer_stop(s->c->r, &s->timer);
-    ctl_strategy_release(s);
+    s->detach_fn(s); /* DETACHED: terminal, released once nothing is in flight */
 }
 
 void ctl_strategy_finished(struct ctl *c, int64_t instance_id, const char *strategy, bool ok,
@@ -299,11 +377,10 @@ void ctl_strategy_finished(struct ctl *c, int64_t instance_id, const char *strat
             if (rt->fallback)
                 ctl_ft_set_fallback(rt, NULL);
             if (rt->phase != FT_SCALED_DOWN_RUNNING && rt->phase != FT_NORMAL)
-                ctl_ft_set_phase(rt, rt->n_committed ? FT_SCALED_DOWN_RUNNING : FT_NORMAL,
-                                 "recovered");
+                ctl_ft_event(rt, ctl_ft_resume_event(rt), "recovered");
             ctl_save_rt(c, rt);
         }
-        if (in) {
+        if (in && rec_to(in, REC_EV_RECOVERED, strategy)) {
             in->withdrawn = false;
             ctl_push_reconcile(c, in);
         }
@@ -320,13 +397,16 @@ void ctl_strategy_finished(struct ctl *c, int64_t instance_id, const char *strat
         return;
     }
     if (c->cfg.reconfig_enable) {
-        ctl_reconfigure(c, in, error ? error : "strategy failed", -1);
+        if (rec_to(in, REC_EV_FAILED_RECONFIGURE, error))
+            reconfigure_now(c, in, error ? error : "strategy failed", -1);
         return;
     }
+    if (!rec_to(in, REC_EV_EXHAUSTED, "reconfiguration disabled"))
+        return;
     log_error("recovery_exhausted", LF_INT("instance_id", in->id),
               LF_STR("reason", "reconfiguration disabled"));
     if (rt && rt->phase == FT_RECONFIGURING)
-        ctl_ft_set_phase(rt, rt->n_committed ? FT_SCALED_DOWN_RUNNING : FT_NORMAL, "given up");
+        ctl_ft_event(rt, ctl_ft_resume_event(rt), "given up");
     in->withdrawn = false;
     ctl_push_reconcile(c, in);
 }
@@ -334,6 +414,14 @@ void ctl_strategy_finished(struct ctl *c, int64_t instance_id, const char *strat
 /* ---- reconfiguration ---------------------------------------------------------------------- */
 
 void ctl_reconfigure(struct ctl *c, struct ctl_inst *in, const char *reason, ssize_t except_idx)
+{
+    if (rec_to(in, REC_EV_RECONFIGURE, reason))
+        reconfigure_now(c, in, reason, except_idx);
+}
+
+/* RECONFIGURE entered. */
+static void reconfigure_now(struct ctl *c, struct ctl_inst *in, const char *reason,
+                            ssize_t except_idx)
 {
     if (!in->ft) {
         in->ft = ctl_ft_rt_new(in->id, in->job_name);
@@ -343,7 +431,7 @@ void ctl_reconfigure(struct ctl *c, struct ctl_inst *in, const char *reason, ssi
     log_warn("instance_reconfiguring", LF_INT("instance_id", in->id),
              LF_STR("job_name", in->job_name), LF_STR("reason", reason), LF_BOOL("repeat", repeat));
     ctl_ft_set_error(rt, reason);
-    ctl_ft_set_phase(rt, FT_RECONFIGURING, reason);
+    ctl_ft_event(rt, FT_EV_RECONFIGURE, reason);
     if (!repeat && c->cfg.reconfig_enable) {
         ctl_ft_set_strategy(rt, STRAT_RECONFIG, "STOP_NODE_MANAGERS", reason);
         for (size_t i = 0; i < in->n_nms; i++) {

@@ -1,5 +1,6 @@
 #include "controller/ctl_ft.h"
 
+#include "controller/ctl_fsm.h"
 #include "controller/ctl_inst.h"
 
 #include "common/util.h"
@@ -24,6 +25,58 @@ const char *ctl_ft_phase_name(enum ctl_ft_phase p)
 {
     return (unsigned)p < FT_PHASE_COUNT ? phase_names[p] : "?";
 }
+
+static const char *const event_names[FT_EV_COUNT] = {
+    [FT_EV_SCALE_DOWN] = "SCALE_DOWN",  [FT_EV_WAIT_FAULT] = "WAIT_FAULT",
+    [FT_EV_WITHDRAWN] = "WITHDRAWN",    [FT_EV_COMMITTED] = "COMMITTED",
+    [FT_EV_CLEANED_UP] = "CLEANED_UP",  [FT_EV_FAILED] = "FAILED",
+    [FT_EV_RECONFIGURE] = "RECONFIGURE", [FT_EV_RESUME] = "RESUME",
+    [FT_EV_RESUME_SCALED] = "RESUME_SCALED",
+};
+
+/* Cells: new phase + 1 (0 = illegal). A runtime serves (NORMAL, SCALED_DOWN_RUNNING),
+ * runs one scale-down transaction (DECIDING .. POST_SCALE_CLEANUP) or waits for its
+ * fallback / replacement (RECONFIGURING). DISABLED is never entered by Motor; a stored
+ * one behaves like NORMAL. */
+#define TO(p) ((int8_t)((p) + 1))
+static const int8_t phase_table[FT_PHASE_COUNT][FT_EV_COUNT] = {
+    [FT_DISABLED] = {[FT_EV_SCALE_DOWN] = TO(FT_DECIDING),
+                     [FT_EV_RECONFIGURE] = TO(FT_RECONFIGURING),
+                     [FT_EV_RESUME] = TO(FT_NORMAL),
+                     [FT_EV_RESUME_SCALED] = TO(FT_SCALED_DOWN_RUNNING)},
+    [FT_NORMAL] = {[FT_EV_SCALE_DOWN] = TO(FT_DECIDING),
+                   [FT_EV_RECONFIGURE] = TO(FT_RECONFIGURING)},
+    [FT_DECIDING] = {[FT_EV_WAIT_FAULT] = TO(FT_WAITING_ENGINE_FAULT),
+                     [FT_EV_WITHDRAWN] = TO(FT_SCALING_DOWN),
+                     [FT_EV_FAILED] = TO(FT_RECONFIGURING),
+                     [FT_EV_RECONFIGURE] = TO(FT_RECONFIGURING),
+                     [FT_EV_RESUME] = TO(FT_NORMAL),
+                     [FT_EV_RESUME_SCALED] = TO(FT_SCALED_DOWN_RUNNING)},
+    [FT_WAITING_ENGINE_FAULT] = {[FT_EV_WAIT_FAULT] = TO(FT_WAITING_ENGINE_FAULT),
+                                 [FT_EV_WITHDRAWN] = TO(FT_SCALING_DOWN),
+                                 [FT_EV_FAILED] = TO(FT_RECONFIGURING),
+                                 [FT_EV_RECONFIGURE] = TO(FT_RECONFIGURING)},
+    [FT_SCALING_DOWN] = {[FT_EV_COMMITTED] = TO(FT_POST_SCALE_CLEANUP),
+                         [FT_EV_FAILED] = TO(FT_RECONFIGURING),
+                         [FT_EV_RECONFIGURE] = TO(FT_RECONFIGURING)},
+    [FT_POST_SCALE_CLEANUP] = {[FT_EV_CLEANED_UP] = TO(FT_SCALED_DOWN_RUNNING),
+                               [FT_EV_RECONFIGURE] = TO(FT_RECONFIGURING)},
+    [FT_SCALED_DOWN_RUNNING] = {[FT_EV_SCALE_DOWN] = TO(FT_DECIDING),
+                                [FT_EV_RECONFIGURE] = TO(FT_RECONFIGURING)},
+    [FT_RECONFIGURING] = {[FT_EV_RECONFIGURE] = TO(FT_RECONFIGURING),
+                          [FT_EV_RESUME] = TO(FT_NORMAL),
+                          [FT_EV_RESUME_SCALED] = TO(FT_SCALED_DOWN_RUNNING)},
+};
+
+const struct ctl_fsm ctl_ft_phase_fsm = {
+    .name = "ft_runtime",
+    .n_states = FT_PHASE_COUNT,
+    .n_events = FT_EV_COUNT,
+    .states = phase_names,
+    .events = event_names,
+    .table = &phase_table[0][0],
+    .terminal = 0,
+};
 
 int ctl_ft_phase_from_str(const char *s, enum ctl_ft_phase *out)
 {
@@ -123,13 +176,23 @@ static void history_add(struct ctl_ft_rt *rt, const char *scope, const char *pha
         json_array_remove(rt->history, 0);
 }
 
-void ctl_ft_set_phase(struct ctl_ft_rt *rt, enum ctl_ft_phase p, const char *detail)
+int ctl_ft_event(struct ctl_ft_rt *rt, enum ctl_ft_event ev, const char *detail)
 {
-    if (rt->phase == p)
-        return;
-    rt->phase = p;
+    int phase = (int)rt->phase;
+    int from = ctl_fsm_step(&ctl_ft_phase_fsm, &phase, (int)ev, rt->instance_id, detail);
+    if (from < 0)
+        return -ENOENT;
+    if (phase == from)
+        return 0;
+    rt->phase = (enum ctl_ft_phase)phase;
     rt->dirty = true;
-    history_add(rt, "runtime", ctl_ft_phase_name(p), detail);
+    history_add(rt, "runtime", ctl_ft_phase_name(rt->phase), detail);
+    return 0;
+}
+
+enum ctl_ft_event ctl_ft_resume_event(const struct ctl_ft_rt *rt)
+{
+    return rt->n_committed ? FT_EV_RESUME_SCALED : FT_EV_RESUME;
 }
 
 void ctl_ft_set_strategy(struct ctl_ft_rt *rt, const char *strategy, const char *phase,

@@ -30,6 +30,23 @@ enum ctl_ft_phase {
 const char *ctl_ft_phase_name(enum ctl_ft_phase p);
 int ctl_ft_phase_from_str(const char *s, enum ctl_ft_phase *out);
 
+/* What moves the phase (the table in ctl_ft.c; docs/controller.md shows it). */
+enum ctl_ft_event {
+    FT_EV_SCALE_DOWN = 0, /* DEAD engines: a DP scale-down begins (-> DECIDING) */
+    FT_EV_WAIT_FAULT,     /* the survivors are not ready for apply yet (-> WAITING_ENGINE_FAULT) */
+    FT_EV_WITHDRAWN,      /* the coordinator dropped the instance (-> SCALING_DOWN) */
+    FT_EV_COMMITTED,      /* finalize commit on every node manager (-> POST_SCALE_CLEANUP) */
+    FT_EV_CLEANED_UP,     /* the survivors serve (-> SCALED_DOWN_RUNNING) */
+    FT_EV_FAILED,         /* the scale-down failed: its fallback follows (-> RECONFIGURING) */
+    FT_EV_RECONFIGURE,    /* escalation: the instance is rebuilt (any phase -> RECONFIGURING) */
+    FT_EV_RESUME,         /* recovered, or recovery given up; no rank retired (-> NORMAL) */
+    FT_EV_RESUME_SCALED,  /* the same with retired ranks (-> SCALED_DOWN_RUNNING) */
+};
+#define FT_EV_COUNT 9
+
+struct ctl_fsm;
+extern const struct ctl_fsm ctl_ft_phase_fsm; /* the table, for tests and docs */
+
 /* Gate reason codes (bit flags). */
 enum {
     FT_GATE_FEATURE_DISABLED = 1u << 0,
@@ -78,8 +95,14 @@ struct ctl_ft_rt {
 struct ctl_ft_rt *ctl_ft_rt_new(int64_t instance_id, const char *job_name);
 void ctl_ft_rt_free(struct ctl_ft_rt *rt); /* NULL-safe */
 
-/* Change the scale-down phase; records history and marks dirty when it changed. */
-void ctl_ft_set_phase(struct ctl_ft_rt *rt, enum ctl_ft_phase p, const char *detail);
+/* The one way the phase changes: the table decides, the change is logged (ctl_fsm_step),
+ * recorded in the history and marks the runtime dirty (a self-transition records
+ * nothing). 0, or -ENOENT when ev is illegal in the current phase (logged, ignored).
+ * ctl_ft_rt_from_store_json sets the restored phase directly: a restore is not a
+ * transition. */
+int ctl_ft_event(struct ctl_ft_rt *rt, enum ctl_ft_event ev, const char *detail);
+/* FT_EV_RESUME or FT_EV_RESUME_SCALED, whichever fits the runtime's committed ranks. */
+enum ctl_ft_event ctl_ft_resume_event(const struct ctl_ft_rt *rt);
 /* Record the running strategy and its phase (history entry). */
 void ctl_ft_set_strategy(struct ctl_ft_rt *rt, const char *strategy, const char *phase,
                          const char *detail);

@@ -519,3 +519,20 @@ json_t *ctl_inst_coord_json(const struct ctl_inst *in, const int64_t *exclude, s
     free(pods);
     return o;
 }
+
+void ctl_inst_vec_push(struct ctl_inst ***v, size_t *n, struct ctl_inst *in)
+{
+    *v = xrealloc(*v, (*n + 1) * sizeof(**v));
+    (*v)[(*n)++] = in;
+}
+
+void ctl_inst_vec_remove(struct ctl_inst **v, size_t *n, struct ctl_inst *in)
+{
+    for (size_t i = 0; i < *n; i++) {
+        if (v[i] == in) {
+            memmove(&v[i], &v[i + 1], (*n - i - 1) * sizeof(*v));
+            (*n)--;
+            return;
+        }
+    }
+}

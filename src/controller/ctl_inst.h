@@ -93,6 +93,7 @@ struct ctl_inst {
     char *published_body;      /* the Instance JSON pushed last (for a later del) */
     struct ctl_ft_rt *ft;      /* fault-tolerance runtime (owned by the daemon) */
     void *strategy;            /* running strategy (owned by the daemon) */
+    int recovery;              /* the fault manager's enum ctl_rec_state (ctl_faults.c) */
     struct ctl_faults *faults; /* collected software faults (owned by the daemon) */
     int start_inflight;        /* start commands in flight */
     bool probing;              /* reachability / isolation probe in flight */
@@ -142,6 +143,11 @@ struct ctl_inst *ctl_inst_from_store_json(json_t *j, struct wire_err *err);
  * instance's own when >= 0. */
 json_t *ctl_inst_coord_json(const struct ctl_inst *in, const int64_t *exclude, size_t n_exclude,
                             int status);
+
+/* ---- arrays of instances (the daemon's tables) -------------------------------------- */
+void ctl_inst_vec_push(struct ctl_inst ***v, size_t *n, struct ctl_inst *in);
+/* Remove `in` (keeping the order); no-op when absent. */
+void ctl_inst_vec_remove(struct ctl_inst **v, size_t *n, struct ctl_inst *in);
 
 /* ---- small sets of ids (sorted, unique heap arrays) --------------------------------- */
 bool ctl_ids_has(const int64_t *v, size_t n, int64_t id);

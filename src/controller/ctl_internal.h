@@ -1,13 +1,16 @@
 /* ctl_internal — the controller daemon's one struct and the functions its files share
- * (controller.c: lifecycle, instance manager, assembler driver, persistence;
- * ctl_api.c: HTTP routes; ctl_push.c: coordinator push; ctl_faults.c: fault intake,
- * strategy center, reconfiguration; ctl_relaunch.c / ctl_scaledown.c: strategies;
- * ctl_nmc.c: node-manager client helpers). Everything runs on the one reactor thread. */
+ * (controller.c: process lifecycle; ctl_leader.c: leadership, state reload, persistence;
+ * ctl_assemble.c: registrations and the assembler driver; ctl_start.c: start commands;
+ * ctl_instmgr.c: the instance manager; ctl_api.c: HTTP routes; ctl_push.c: coordinator
+ * push; ctl_faults.c: fault intake, the recovery table, reconfiguration; ctl_relaunch.c /
+ * ctl_scaledown.c: strategies; ctl_nmc.c: node-manager client helpers and probes).
+ * Everything runs on the one reactor thread. */
 #ifndef MOTOR_CTL_INTERNAL_H
 #define MOTOR_CTL_INTERNAL_H
 
 #include "controller/ctl_asm.h"
 #include "controller/ctl_config.h"
+#include "controller/ctl_fsm.h"
 #include "controller/ctl_ft.h"
 #include "controller/ctl_inst.h"
 #include "controller/store.h"
@@ -118,7 +121,7 @@ struct ctl {
     struct ctl_obs *obs; /* alarms and the observability listener (ctl_obs.c) */
 };
 
-/* ---- controller.c ---------------------------------------------------------------- */
+/* ---- ctl_instmgr.c: the instance manager --------------------------------------------- */
 struct ctl_inst *ctl_find(struct ctl *c, int64_t id); /* assembled */
 struct ctl_inst *ctl_find_pending(struct ctl *c, int64_t id);
 struct ctl_inst *ctl_find_job(struct ctl *c, const char *job); /* assembled, not deleted */
@@ -129,21 +132,53 @@ struct ctl_inst *ctl_find_pending_job(struct ctl *c, const char *job);
 int ctl_apply_event(struct ctl *c, struct ctl_inst *in, enum ctl_event ev, const char *cause);
 /* Force a status (reconfiguration, terminate): same side effects as a transition. */
 void ctl_set_status(struct ctl *c, struct ctl_inst *in, enum wire_ins_status to, const char *cause);
+/* Give the instance its FT runtime (new: its original non-headless ranks) and refresh the
+ * scale-down gate from the configuration. */
+void ctl_rt_attach(struct ctl *c, struct ctl_inst *in);
+/* Every FT runtime (instances' and ghosts'), sorted by instance id. Borrowed. */
+size_t ctl_all_runtimes(struct ctl *c, struct ctl_ft_rt ***out);
+struct ctl_ft_rt *ctl_find_rt(struct ctl *c, int64_t id);
+/* Keep the runtime of a deleted instance (RECONFIGURING) observable: c owns it. */
+void ctl_ghost_add(struct ctl *c, struct ctl_ft_rt *rt);
+/* Drop ghost runtimes of job (a replacement instance became ready). */
+void ctl_drop_ghosts_of_job(struct ctl *c, const char *job, int64_t keep_id);
+/* Timer: heartbeat timeouts (manager_check period). */
+void ctl_instmgr_on_timer(struct reactor *r, void *arg);
+/* Teardown: every instance, assembly and ghost runtime. */
+void ctl_instmgr_free_all(struct ctl *c);
+
+/* ---- ctl_leader.c: leadership, state reload, persistence ---------------------------- */
+/* The store of the configuration (NULL with the error logged and printed). */
+struct store *ctl_leader_open_store(struct ctl *c);
+/* Campaign for leadership: when elected, load the state and go live; when the leadership
+ * is lost, stop the reactor with exit code 1. */
+void ctl_leader_campaign(struct ctl *c);
+/* Timer: retry loading the state. */
+void ctl_leader_on_load_retry(struct reactor *r, void *arg);
+/* Persistence (no-ops unless leader and loaded). */
 void ctl_save_inst(struct ctl *c, struct ctl_inst *in);
+void ctl_forget_inst(struct ctl *c, int64_t id);
 void ctl_save_rt(struct ctl *c, struct ctl_ft_rt *rt);
+void ctl_forget_rt(struct ctl *c, int64_t id);
 void ctl_save_meta(struct ctl *c);
+
+/* ---- ctl_assemble.c: the assembler driver and registration intake -------------------- */
 /* Register / reregister intake (called by the API). Return the HTTP answer body. */
 json_t *ctl_register(struct ctl *c, const struct wire_register *m, int *status);
 json_t *ctl_reregister(struct ctl *c, const struct wire_reregister *m, int *status);
 /* Wake the assembler. */
 void ctl_asm_kick(struct ctl *c);
+/* Timer: the assembler check (periodic, and the kick). */
+void ctl_asm_on_timer(struct reactor *r, void *arg);
+
+/* ---- ctl_start.c: start commands ----------------------------------------------------- */
 /* Instances of the same role that are active: d2d peers "<endpoint_id>:<ip>". */
 void ctl_d2d_peers(struct ctl *c, const struct ctl_inst *in, struct wire_strlist *out);
-/* Every FT runtime (instances' and ghosts'), sorted by instance id. Borrowed. */
-size_t ctl_all_runtimes(struct ctl *c, struct ctl_ft_rt ***out);
-struct ctl_ft_rt *ctl_find_rt(struct ctl *c, int64_t id);
-/* Drop ghost runtimes of job (a replacement instance became ready). */
-void ctl_drop_ghosts_of_job(struct ctl *c, const char *job, int64_t keep_id);
+/* One round of start commands to the NMs of `in` that have not accepted yet (no-op while
+ * a round is in flight or when nothing is pending). */
+void ctl_start_send(struct ctl *c, struct ctl_inst *in);
+/* Timer: start-command retries. */
+void ctl_start_on_timer(struct reactor *r, void *arg);
 
 /* ---- ctl_api.c -------------------------------------------------------------------- */
 void ctl_api_register_routes(struct ctl *c);
@@ -172,6 +207,20 @@ const char *ctl_http_err(const struct httpc_response *resp);
 /* Fire and forget: logs the outcome as event `what`. */
 void ctl_http_fire(struct ctl *c, const char *method, const char *url, const json_t *body,
                    int64_t timeout_ms, const char *what, int64_t instance_id);
+/* Reachability probe of every NM of an instance (GET /node-manager/status, any HTTP
+ * answer counts): sets in->probing, then calls done once with every NM's result. The
+ * instance may be gone by then: done looks it up by id and incarnation. */
+struct ctl_probe {
+    int64_t id;
+    uint64_t incarnation;
+    size_t n;
+    bool *ok;
+    char **keys; /* "ip port" of each NM, in the instance's order at the start */
+};
+typedef void (*ctl_probe_fn)(struct ctl *c, const struct ctl_probe *p);
+void ctl_probe_start(struct ctl *c, struct ctl_inst *in, ctl_probe_fn done);
+/* The NM whose "ip port" key this is, -1 when none. */
+ssize_t ctl_nm_by_key(const struct ctl_inst *in, const char *key);
 
 /* ---- ctl_push.c --------------------------------------------------------------------- */
 void ctl_push_init(struct ctl *c);
@@ -215,21 +264,57 @@ void ctl_strategy_detach(struct ctl *c, struct ctl_inst *in);
 #define STRAT_SCALE_DOWN "DpScaleDownStrategy"
 #define STRAT_RECONFIG "InstanceReconfigurationStrategy"
 
-/* The common head of every strategy object (in->strategy points at it). */
+/* The common head of every strategy object (in->strategy points at it). Each strategy
+ * is a state table (ctl_fsm.h): its states, events and table live in its own file. */
 struct ctl_strategy {
     const char *name;
     struct ctl *c;
     int64_t instance_id;
-    int inflight;  /* requests in flight: the object lives until they all finished */
-    bool finished; /* terminal: free once inflight drops to 0 */
-    bool detached; /* the instance went away */
+    const struct ctl_fsm *fsm; /* the strategy's table */
+    int state;                 /* in fsm; a terminal state = finished */
+    int inflight; /* requests in flight: the object lives until they all finished */
     struct reactor_timer timer;
     void (*free_fn)(struct ctl_strategy *s);
+    /* The instance went away: move to the strategy's DETACHED state (terminal, nothing
+     * reported). */
+    void (*detach_fn)(struct ctl_strategy *s);
 };
+/* In a terminal state (SUCCESS, FAILED, DETACHED): answers still in flight are dropped. */
+bool ctl_strategy_over(const struct ctl_strategy *s);
 /* Free a finished strategy once nothing is in flight. */
 void ctl_strategy_release(struct ctl_strategy *s);
 
+/* Start a strategy on `in` (0), or -1 when one runs already or it cannot apply. A start
+ * that fails at once reports through ctl_strategy_finished() before returning 0, which
+ * may free `in`. */
 int ctl_relaunch_start(struct ctl *c, struct ctl_inst *in);
 int ctl_scaledown_start(struct ctl *c, struct ctl_inst *in, const int64_t *candidates, size_t n);
+
+/* The tables (ctl_fsm.h), for the unit tests and the docs. */
+extern const struct ctl_fsm ctl_relaunch_fsm;
+extern const struct ctl_fsm ctl_scaledown_fsm;
+
+/* ---- the fault manager's recovery of an instance (ctl_faults.c) --------------------- */
+enum ctl_rec_state {
+    REC_IDLE = 0,    /* no strategy runs */
+    REC_SCALE_DOWN,  /* DpScaleDownStrategy */
+    REC_RELAUNCH,    /* EngineRelaunchStrategy */
+    REC_RECONFIGURE, /* InstanceReconfigurationStrategy: the instance is deleted (terminal) */
+};
+#define REC_STATE_COUNT 4
+enum ctl_rec_event {
+    REC_EV_DEAD_SCALABLE = 0,    /* DEAD engines and the scale-down gate is open */
+    REC_EV_DEAD_RELAUNCH,        /* DEAD engines, gate closed, engine relaunch enabled */
+    REC_EV_DEAD_NO_STRATEGY,     /* DEAD engines and nothing applies (logged no_strategy) */
+    REC_EV_FALLBACK_RELAUNCH,    /* a failed / interrupted scale-down falls back to relaunch */
+    REC_EV_FALLBACK_RECONFIGURE, /* ... or to reconfiguration */
+    REC_EV_RECOVERED,            /* the strategy succeeded: serve again */
+    REC_EV_FAILED_RECONFIGURE,   /* engine relaunch failed: reconfiguration */
+    REC_EV_EXHAUSTED,            /* engine relaunch failed, reconfiguration disabled */
+    REC_EV_START_FAILED,         /* the strategy could not start */
+    REC_EV_RECONFIGURE,          /* rebuild now (a member restarted and registered again) */
+};
+#define REC_EV_COUNT 10
+extern const struct ctl_fsm ctl_recovery_fsm;
 
 #endif

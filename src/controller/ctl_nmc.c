@@ -141,3 +141,73 @@ void ctl_http_fire(struct ctl *c, const char *method, const char *url, const jso
     f->instance_id = instance_id;
     ctl_request(c, method, url, body, timeout_ms, fire_done, f, 0, fire_free);
 }
+
+/* ---- reachability probes (any HTTP answer counts) ---------------------------------------- */
+
+struct probe_round {
+    struct ctl_probe p;
+    ctl_probe_fn fn;
+    size_t left;
+};
+
+static void probe_free(struct probe_round *r)
+{
+    for (size_t i = 0; i < r->p.n; i++)
+        free(r->p.keys[i]);
+    free(r->p.keys);
+    free(r->p.ok);
+    free(r);
+}
+
+static void probe_drop(void *arg, intptr_t tag)
+{
+    (void)tag;
+    struct probe_round *r = arg;
+    if (--r->left == 0)
+        probe_free(r);
+}
+
+static void probe_done(struct ctl *c, const struct httpc_response *resp, void *arg, intptr_t tag)
+{
+    struct probe_round *r = arg;
+    r->p.ok[tag] = resp->error == 0 && resp->status > 0;
+    if (!r->p.ok[tag])
+        log_warn("node_manager_probe_failed", LF_INT("instance_id", r->p.id),
+                 LF_STR("node_manager", r->p.keys[tag]), LF_STR("error", ctl_http_err(resp)));
+    if (--r->left > 0)
+        return;
+    r->fn(c, &r->p);
+    probe_free(r);
+}
+
+void ctl_probe_start(struct ctl *c, struct ctl_inst *in, ctl_probe_fn done)
+{
+    struct probe_round *r = xcalloc(1, sizeof(*r));
+    r->fn = done;
+    r->p.id = in->id;
+    r->p.incarnation = in->incarnation;
+    r->p.n = r->left = in->n_nms;
+    r->p.ok = xcalloc(in->n_nms + 1, sizeof(bool));
+    r->p.keys = xcalloc(in->n_nms + 1, sizeof(char *));
+    in->probing = true;
+    for (size_t i = 0; i < in->n_nms; i++)
+        r->p.keys[i] = xasprintf("%s %s", in->nms[i].pod_ip, in->nms[i].port);
+    for (size_t i = 0; i < in->n_nms; i++) {
+        char *url = ctl_nm_url(c, in->nms[i].pod_ip, in->nms[i].port, "/node-manager/status");
+        ctl_request(c, "GET", url, NULL, c->cfg.nm_probe_timeout_ms, probe_done, r, (intptr_t)i,
+                    probe_drop);
+        free(url);
+    }
+}
+
+ssize_t ctl_nm_by_key(const struct ctl_inst *in, const char *key)
+{
+    for (size_t i = 0; i < in->n_nms; i++) {
+        char *k = xasprintf("%s %s", in->nms[i].pod_ip, in->nms[i].port);
+        bool eq = strcmp(k, key) == 0;
+        free(k);
+        if (eq)
+            return (ssize_t)i;
+    }
+    return -1;
+}

@@ -20,10 +20,15 @@
  *                     and the new master rank); dead_committed accumulates
  *   CLEANUP           POST_SCALE_CLEANUP (with enable_dp_scale_up: stop NMs left without
  *                     a rank), SCALED_DOWN_RUNNING, publish the survivors
- * Every exit without a commit sends finalize abort to every NM (errors only logged);
- * failures put the runtime in RECONFIGURING with a fallback strategy. A single status
- * blip ("unknown", a failed NM query) never retires a rank (§12.4): only an
- * engine-reported `dead` or a DEAD fault report is evidence. */
+ * A failure once the guard is held and before the commit sends finalize abort to every
+ * NM (errors only logged); failures put the runtime in RECONFIGURING with a fallback
+ * strategy. A single status blip ("unknown", a failed NM query) never retires a rank
+ * (§12.4): only an engine-reported `dead` or a DEAD fault report is evidence.
+ *
+ * The steps are the states of sd_table (DECIDING is split into DECIDING and VERIFY,
+ * plus the terminal SUCCESS, FAILED and DETACHED); every change goes through sd_to(),
+ * which logs it (ctl_fsm_step) and runs what the new state does (sd_enter). Each state
+ * reports its upstream phase name (sd_phase_names) to the runtime and the log. */
 #include "controller/ctl_internal.h"
 
 #include "common/log.h"
@@ -36,16 +41,88 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum sd_step {
-    SD_VERIFY = 0,
+/* ---- the table ------------------------------------------------------------------------ */
+
+enum sd_state {
+    SD_DECIDING = 0, /* gate, candidates */
+    SD_VERIFY,       /* each candidate's engine asked through its NM: dead for real? */
     SD_GUARD,
     SD_WAIT_READY,
     SD_WITHDRAW,
     SD_APPLY,
     SD_WAIT_HEALTHY,
     SD_COMMIT,
-    SD_DONE
+    SD_CLEANUP,
+    SD_SUCCESS,
+    SD_FAILED,   /* finalize abort (once guarded, before the commit), RECONFIGURING */
+    SD_DETACHED, /* the instance was removed: nothing reported */
 };
+#define SD_STATE_COUNT 12
+
+enum sd_event {
+    SD_EV_CANDIDATES = 0, /* valid DEAD candidates: verify them */
+    SD_EV_NOTHING_DEAD,   /* every candidate's engine answered for itself */
+    SD_EV_PLANNED,        /* dead set and survivors computed */
+    SD_EV_ROUND_OK,       /* every NM accepted the round (guard, apply, commit) */
+    SD_EV_NOT_READY,      /* a status round: some survivor is not there yet */
+    SD_EV_READY,          /* a status round: every survivor is in the wanted state */
+    SD_EV_WITHDRAWN,      /* the coordinator confirmed it dropped the instance */
+    SD_EV_CLEANED_UP,     /* drained NMs stopped, the survivors serve */
+    SD_EV_FAIL,           /* gate closed, a round failed, a deadline, no survivor, gone */
+    SD_EV_DETACH,         /* the instance went away (ctl_strategy_detach) */
+};
+#define SD_EV_COUNT 10
+
+static const char *const sd_state_names[SD_STATE_COUNT] = {
+    "DECIDING", "VERIFY",  "GUARD",   "WAIT_APPLY_READY", "WITHDRAW", "APPLY",
+    "WAIT_HEALTHY", "COMMIT", "CLEANUP", "SUCCESS",          "FAILED",   "DETACHED",
+};
+/* The upstream phase each state reports (strategy_phase, history): verification is part
+ * of DECIDING. */
+static const char *const sd_phase_names[SD_STATE_COUNT] = {
+    "DECIDING", "DECIDING", "GUARD",   "WAIT_APPLY_READY", "WITHDRAW", "APPLY",
+    "WAIT_HEALTHY", "COMMIT", "CLEANUP", "SUCCESS",          "FAILED",   NULL,
+};
+static const char *const sd_event_names[SD_EV_COUNT] = {
+    "CANDIDATES", "NOTHING_DEAD", "PLANNED",    "ROUND_OK", "NOT_READY",
+    "READY",      "WITHDRAWN",    "CLEANED_UP", "FAIL",     "DETACH",
+};
+
+#define TO(x) ((int8_t)((x) + 1))
+#define LIVE_EXITS [SD_EV_FAIL] = TO(SD_FAILED), [SD_EV_DETACH] = TO(SD_DETACHED)
+static const int8_t sd_table[SD_STATE_COUNT][SD_EV_COUNT] = {
+    [SD_DECIDING] = {[SD_EV_CANDIDATES] = TO(SD_VERIFY), LIVE_EXITS},
+    [SD_VERIFY] = {[SD_EV_NOTHING_DEAD] = TO(SD_SUCCESS), [SD_EV_PLANNED] = TO(SD_GUARD),
+                   LIVE_EXITS},
+    [SD_GUARD] = {[SD_EV_ROUND_OK] = TO(SD_WAIT_READY), LIVE_EXITS},
+    [SD_WAIT_READY] = {[SD_EV_NOT_READY] = TO(SD_WAIT_READY), [SD_EV_READY] = TO(SD_WITHDRAW),
+                       LIVE_EXITS},
+    [SD_WITHDRAW] = {[SD_EV_WITHDRAWN] = TO(SD_APPLY), LIVE_EXITS},
+    [SD_APPLY] = {[SD_EV_ROUND_OK] = TO(SD_WAIT_HEALTHY), LIVE_EXITS},
+    [SD_WAIT_HEALTHY] = {[SD_EV_NOT_READY] = TO(SD_WAIT_HEALTHY), [SD_EV_READY] = TO(SD_COMMIT),
+                         LIVE_EXITS},
+    [SD_COMMIT] = {[SD_EV_ROUND_OK] = TO(SD_CLEANUP), LIVE_EXITS},
+    /* committed: nothing can fail any more */
+    [SD_CLEANUP] = {[SD_EV_CLEANED_UP] = TO(SD_SUCCESS), [SD_EV_DETACH] = TO(SD_DETACHED)},
+};
+#undef LIVE_EXITS
+
+const struct ctl_fsm ctl_scaledown_fsm = {
+    .name = STRAT_SCALE_DOWN,
+    .n_states = SD_STATE_COUNT,
+    .n_events = SD_EV_COUNT,
+    .states = sd_state_names,
+    .events = sd_event_names,
+    .table = &sd_table[0][0],
+    .terminal = 1u << SD_SUCCESS | 1u << SD_FAILED | 1u << SD_DETACHED,
+};
+
+/* The node managers hold a guard (finalize abort is owed on failure) from a successful
+ * GUARD round until the commit. */
+static bool sd_guard_held(int st)
+{
+    return st >= SD_WAIT_READY && st <= SD_COMMIT;
+}
 
 struct sd_nm {
     char *base;
@@ -61,7 +138,6 @@ struct sd_nm {
 
 struct scaledown {
     struct ctl_strategy base;
-    enum sd_step step;
     char *request_id;
     struct sd_nm *nms;
     size_t n_nms;
@@ -79,8 +155,6 @@ struct scaledown {
     size_t n_alive_cands;
     size_t ready; /* survivors in the wanted state this round */
     int64_t deadline_ms;
-    bool guarded;
-    bool committed;
 };
 
 static void sd_free(struct ctl_strategy *b)
@@ -110,8 +184,12 @@ static struct ctl_ft_rt *rt_of(struct scaledown *s)
     return ctl_find_rt(s->base.c, s->base.instance_id);
 }
 
-static void sd_phase(struct scaledown *s, const char *phase, const char *detail)
+/* The upstream phase of the current state, into the runtime and the log. */
+static void sd_announce(struct scaledown *s, const char *detail)
 {
+    const char *phase = sd_phase_names[s->base.state];
+    if (!phase)
+        return;
     struct ctl_ft_rt *rt = rt_of(s);
     if (rt)
         ctl_ft_set_strategy(rt, STRAT_SCALE_DOWN, phase, detail);
@@ -120,12 +198,13 @@ static void sd_phase(struct scaledown *s, const char *phase, const char *detail)
              LF_STR("request_id", s->request_id));
 }
 
-static void set_rt_phase(struct scaledown *s, enum ctl_ft_phase p, const char *detail)
+/* An event of the FT runtime's own table (ctl_ft.c), saved when it changed the phase. */
+static void rt_event(struct scaledown *s, enum ctl_ft_event ev, const char *detail)
 {
     struct ctl_ft_rt *rt = rt_of(s);
     if (!rt)
         return;
-    ctl_ft_set_phase(rt, p, detail);
+    ctl_ft_event(rt, ev, detail);
     if (rt->dirty)
         ctl_save_rt(s->base.c, rt);
 }
@@ -135,12 +214,14 @@ static json_t *ids_json(const int64_t *v, size_t n)
     return ctl_ids_json(v, n);
 }
 
-static void sd_end(struct scaledown *s, bool ok, const char *why)
+static void sd_round(struct scaledown *s);
+static void sd_to(struct scaledown *s, enum sd_event ev, const char *cause);
+static void sd_withdrawn(struct ctl *c, int64_t id, int err, void *arg);
+
+/* SUCCESS / FAILED: report and let go. */
+static void sd_finish(struct scaledown *s, bool ok, const char *why)
 {
     struct ctl *c = s->base.c;
-    sd_phase(s, ok ? "SUCCESS" : "FAILED", why);
-    s->step = SD_DONE;
-    s->base.finished = true;
     reactor_timer_stop(c->r, &s->base.timer);
     struct ctl_inst *in = ctl_find(c, s->base.instance_id);
     if (in && in->strategy == s)
@@ -149,42 +230,128 @@ static void sd_end(struct scaledown *s, bool ok, const char *why)
     ctl_strategy_release(&s->base);
 }
 
-static void sd_fail(struct scaledown *s, const char *why)
+/* What a state does when entered (from: the previous state; cause: the transition's). */
+static void sd_enter(struct scaledown *s, int from, const char *cause)
 {
     struct ctl *c = s->base.c;
-    log_warn("dp_scale_down_failed", LF_INT("instance_id", s->base.instance_id),
-             LF_STR("request_id", s->request_id), LF_STR("reason", why));
-    if (s->guarded && !s->committed) {
-        json_t *body = json_pack("{s:s, s:[], s:b}", "request_id", s->request_id,
-                                 "retired_endpoint_ids", "commit", 0);
-        for (size_t i = 0; i < s->n_nms; i++) {
-            char *url = xasprintf("%s/node-manager/fault-tolerance/finalize", s->nms[i].base);
-            ctl_http_fire(c, "POST", url, body, c->cfg.sd_request_timeout_ms, "dp_scale_down_abort",
-                          s->base.instance_id);
-            free(url);
+    int st = s->base.state;
+    if (st == from) {
+        /* WAIT_APPLY_READY / WAIT_HEALTHY: poll again */
+        reactor_timer_start(c->r, &s->base.timer, c->cfg.sd_poll_ms, 0);
+        return;
+    }
+    switch ((enum sd_state)st) {
+    case SD_DECIDING:
+        break;
+    case SD_VERIFY:
+    case SD_GUARD:
+    case SD_APPLY:
+    case SD_COMMIT:
+        sd_announce(s, cause);
+        sd_round(s);
+        break;
+    case SD_WAIT_READY:
+        s->deadline_ms = reactor_now(c->r) + c->cfg.sd_deadline_ms;
+        sd_announce(s, cause);
+        sd_round(s);
+        break;
+    case SD_WAIT_HEALTHY:
+        s->deadline_ms = reactor_now(c->r) + c->cfg.sd_deadline_ms;
+        sd_announce(s, cause);
+        reactor_timer_start(c->r, &s->base.timer, c->cfg.sd_poll_ms, 0);
+        break;
+    case SD_WITHDRAW: {
+        sd_announce(s, cause);
+        struct ctl_inst *in = ctl_find(c, s->base.instance_id);
+        if (!in) {
+            sd_to(s, SD_EV_FAIL, "instance gone");
+            break;
         }
-        json_decref(body);
+        s->base.inflight++;
+        ctl_push_withdraw(c, in, sd_withdrawn, s);
+        break;
     }
-    struct ctl_ft_rt *rt = rt_of(s);
-    if (rt) {
-        free(rt->pending);
-        rt->pending = NULL;
-        rt->n_pending = 0;
-        ctl_ft_set_error(rt, why);
-        ctl_ft_set_fallback(rt, c->cfg.relaunch_enable ? STRAT_RELAUNCH : STRAT_RECONFIG);
-        ctl_ft_set_phase(rt, FT_RECONFIGURING, why);
-        ctl_save_rt(c, rt);
+    case SD_CLEANUP: {
+        sd_announce(s, cause);
+        if (c->cfg.scale_up_enable) {
+            /* Pods left without a rank give their resources back to the platform. */
+            for (size_t i = 0; i < s->n_nms; i++) {
+                bool drained = s->nms[i].n_local > 0;
+                for (size_t k = 0; k < s->nms[i].n_local && drained; k++)
+                    drained = ctl_ids_has(s->dead, s->n_dead, s->nms[i].local[k]);
+                if (!drained)
+                    continue;
+                char *url = xasprintf("%s/node-manager/stop", s->nms[i].base);
+                ctl_http_fire(c, "POST", url, NULL, c->cfg.sd_request_timeout_ms,
+                              "drained_node_manager_stop", s->base.instance_id);
+                free(url);
+            }
+        }
+        rt_event(s, FT_EV_CLEANED_UP, "survivors serving");
+        char why[128];
+        snprintf(why, sizeof(why), "%zu rank(s) retired, %zu serving, master rank %lld",
+                 s->n_dead, s->n_surv, (long long)s->master);
+        sd_to(s, SD_EV_CLEANED_UP, why);
+        break;
     }
-    sd_end(s, false, why);
+    case SD_SUCCESS:
+        sd_announce(s, cause);
+        sd_finish(s, true, cause);
+        break;
+    case SD_FAILED: {
+        log_warn("dp_scale_down_failed", LF_INT("instance_id", s->base.instance_id),
+                 LF_STR("request_id", s->request_id), LF_STR("reason", cause));
+        if (sd_guard_held(from)) {
+            json_t *body = json_pack("{s:s, s:[], s:b}", "request_id", s->request_id,
+                                     "retired_endpoint_ids", "commit", 0);
+            for (size_t i = 0; i < s->n_nms; i++) {
+                char *url = xasprintf("%s/node-manager/fault-tolerance/finalize", s->nms[i].base);
+                ctl_http_fire(c, "POST", url, body, c->cfg.sd_request_timeout_ms,
+                              "dp_scale_down_abort", s->base.instance_id);
+                free(url);
+            }
+            json_decref(body);
+        }
+        struct ctl_ft_rt *rt = rt_of(s);
+        if (rt) {
+            free(rt->pending);
+            rt->pending = NULL;
+            rt->n_pending = 0;
+            ctl_ft_set_error(rt, cause);
+            ctl_ft_set_fallback(rt, c->cfg.relaunch_enable ? STRAT_RELAUNCH : STRAT_RECONFIG);
+            ctl_ft_event(rt, FT_EV_FAILED, cause);
+            ctl_save_rt(c, rt);
+        }
+        sd_announce(s, cause);
+        sd_finish(s, false, cause);
+        break;
+    }
+    case SD_DETACHED:
+        reactor_timer_stop(c->r, &s->base.timer);
+        ctl_strategy_release(&s->base);
+        break;
+    }
 }
 
-static void sd_round(struct scaledown *s);
+/* The one transition function. */
+static void sd_to(struct scaledown *s, enum sd_event ev, const char *cause)
+{
+    int from =
+        ctl_fsm_step(&ctl_scaledown_fsm, &s->base.state, (int)ev, s->base.instance_id, cause);
+    if (from >= 0)
+        sd_enter(s, from, cause);
+}
+
+static void sd_detach(struct ctl_strategy *b)
+{
+    sd_to((struct scaledown *)b, SD_EV_DETACH, "instance removed");
+}
 
 static void sd_timer(struct reactor *r, void *arg)
 {
     (void)r;
     struct scaledown *s = arg;
-    if (!s->base.finished)
+    if (!ctl_strategy_over(&s->base))
         sd_round(s);
 }
 
@@ -210,7 +377,7 @@ static int classify(struct scaledown *s, const struct wire_ft_engine_entry *e)
         return 0;
     switch (e->state) {
     case WIRE_FT_DEAD:
-        if (s->step == SD_WAIT_READY) {
+        if (s->base.state == SD_WAIT_READY) {
             ctl_ids_add(&s->newly_dead, &s->n_newly_dead, e->id);
             return 0;
         }
@@ -219,14 +386,14 @@ static int classify(struct scaledown *s, const struct wire_ft_engine_entry *e)
     case WIRE_FT_UNKNOWN:
         return 0;
     case WIRE_FT_HEALTHY:
-        if (s->step == SD_WAIT_HEALTHY && !e->ft_state)
+        if (s->base.state == SD_WAIT_HEALTHY && !e->ft_state)
             return 1;
-        if (s->step == SD_WAIT_READY)
+        if (s->base.state == SD_WAIT_READY)
             return 0;
         break;
     case WIRE_FT_UNHEALTHY:
         if (!e->ft_state)
-            return s->step == SD_WAIT_READY ? 1 : 0;
+            return s->base.state == SD_WAIT_READY ? 1 : 0;
         if (strcmp(e->ft_state, "recovering") == 0)
             return 0;
         break;
@@ -322,29 +489,27 @@ static void sd_withdrawn(struct ctl *c, int64_t id, int err, void *arg)
     (void)id;
     struct scaledown *s = arg;
     s->base.inflight--;
-    if (s->base.finished) {
+    if (ctl_strategy_over(&s->base)) {
         ctl_strategy_release(&s->base);
         return;
     }
     if (err < 0) {
-        sd_fail(s, "the coordinator did not confirm the withdrawal");
+        sd_to(s, SD_EV_FAIL, "the coordinator did not confirm the withdrawal");
         return;
     }
-    set_rt_phase(s, FT_SCALING_DOWN, "withdrawn from the coordinator");
-    s->step = SD_APPLY;
-    sd_phase(s, "APPLY", "scale_down sent once to every node manager with survivors");
-    sd_round(s);
+    rt_event(s, FT_EV_WITHDRAWN, "withdrawn from the coordinator");
+    sd_to(s, SD_EV_WITHDRAWN, "scale_down sent once to every node manager with survivors");
 }
 
-static void start_withdraw(struct scaledown *s)
+/* Every survivor is ready for the apply: the ranks being removed become pending in the
+ * runtime and the lowest survivor is the new master. False when the instance is gone. */
+static bool sd_prepare_apply(struct scaledown *s)
 {
     struct ctl *c = s->base.c;
     struct ctl_inst *in = ctl_find(c, s->base.instance_id);
     struct ctl_ft_rt *rt = rt_of(s);
-    if (!in || !rt) {
-        sd_fail(s, "instance gone");
-        return;
-    }
+    if (!in || !rt)
+        return false;
     free(rt->pending);
     rt->pending = NULL;
     rt->n_pending = 0;
@@ -355,16 +520,12 @@ static void start_withdraw(struct scaledown *s)
     struct wire_endpoint *ep = ctl_inst_endpoint(in, s->master, NULL);
     free(s->master_ip);
     s->master_ip = xstrdup(ep ? ep->ip : in->master_dp_ip);
-    s->step = SD_WITHDRAW;
-    sd_phase(s, "WITHDRAW", "waiting for the coordinator to drop the instance");
-    s->base.inflight++;
-    ctl_push_withdraw(c, in, sd_withdrawn, s);
+    return true;
 }
 
-static void sd_commit_done(struct scaledown *s)
+/* Committed on every NM: the dead ranks are retired for good. */
+static void sd_record_commit(struct scaledown *s)
 {
-    struct ctl *c = s->base.c;
-    s->committed = true;
     struct ctl_ft_rt *rt = rt_of(s);
     if (rt) {
         for (size_t i = 0; i < s->n_dead; i++)
@@ -374,41 +535,20 @@ static void sd_commit_done(struct scaledown *s)
         rt->n_pending = 0;
         rt->dirty = true;
     }
-    set_rt_phase(s, FT_POST_SCALE_CLEANUP, "committed on every node manager");
-    sd_phase(s, "CLEANUP", NULL);
-    if (c->cfg.scale_up_enable) {
-        /* Pods left without a rank give their resources back to the platform. */
-        for (size_t i = 0; i < s->n_nms; i++) {
-            bool drained = s->nms[i].n_local > 0;
-            for (size_t k = 0; k < s->nms[i].n_local && drained; k++)
-                drained = ctl_ids_has(s->dead, s->n_dead, s->nms[i].local[k]);
-            if (!drained)
-                continue;
-            char *url = xasprintf("%s/node-manager/stop", s->nms[i].base);
-            ctl_http_fire(c, "POST", url, NULL, c->cfg.sd_request_timeout_ms,
-                          "drained_node_manager_stop", s->base.instance_id);
-            free(url);
-        }
-    }
-    set_rt_phase(s, FT_SCALED_DOWN_RUNNING, "survivors serving");
-    char why[128];
-    snprintf(why, sizeof(why), "%zu rank(s) retired, %zu serving, master rank %lld", s->n_dead,
-             s->n_surv, (long long)s->master);
-    sd_end(s, true, why);
+    rt_event(s, FT_EV_COMMITTED, "committed on every node manager");
 }
 
+enum sd_plan { PLAN_OK, PLAN_NOTHING_DEAD, PLAN_GONE, PLAN_NO_SURVIVOR };
+
 /* After verification: dead = committed ∪ verified candidates, survivors = the other
- * non-headless endpoints, grouped per NM. Returns false (strategy ended) when there is
- * nothing to do or nothing would survive. */
-static bool sd_plan(struct scaledown *s)
+ * non-headless endpoints, grouped per NM. */
+static enum sd_plan sd_plan(struct scaledown *s)
 {
     struct ctl *c = s->base.c;
     struct ctl_inst *in = ctl_find(c, s->base.instance_id);
     struct ctl_ft_rt *rt = rt_of(s);
-    if (!in || !rt) {
-        sd_fail(s, "instance gone");
-        return false;
-    }
+    if (!in || !rt)
+        return PLAN_GONE;
     for (size_t i = 0; i < rt->n_committed; i++)
         ctl_ids_add(&s->dead, &s->n_dead, rt->committed[i]);
     size_t fresh = 0;
@@ -418,63 +558,63 @@ static bool sd_plan(struct scaledown *s)
                 ctl_ids_add(&s->dead, &s->n_dead, s->nms[i].cand[k]);
                 fresh++;
             }
-    if (fresh == 0) {
-        /* Every reported engine answered for itself: nothing to remove. */
-        sd_end(s, true, "no candidate is dead: every reported engine answered");
-        return false;
-    }
+    if (fresh == 0)
+        return PLAN_NOTHING_DEAD; /* every reported engine answered for itself */
     for (size_t i = 0; i < in->n_nms; i++)
         for (size_t j = 0; j < in->nms[i].n_eps; j++) {
             const struct wire_endpoint *ep = &in->nms[i].eps[j];
             if (!ep->headless && !ctl_ids_has(s->dead, s->n_dead, ep->id))
                 ctl_ids_add(&s->surv, &s->n_surv, ep->id);
         }
-    if (s->n_surv == 0) {
-        sd_fail(s, "no surviving rank would be left");
-        return false;
-    }
+    if (s->n_surv == 0)
+        return PLAN_NO_SURVIVOR;
     for (size_t i = 0; i < s->n_nms; i++) {
         struct sd_nm *nm = &s->nms[i];
         for (size_t k = 0; k < nm->n_local; k++)
             if (ctl_ids_has(s->surv, s->n_surv, nm->local[k]))
                 ctl_ids_add(&nm->surv, &nm->n_surv, nm->local[k]);
     }
-    return true;
+    return PLAN_OK;
 }
 
+/* Every answer of a round is in: what happened, as an event. */
 static void sd_round_done(struct scaledown *s)
 {
     struct ctl *c = s->base.c;
     int64_t now = reactor_now(c->r);
     if (!ctl_find(c, s->base.instance_id)) {
-        sd_fail(s, "instance deleted during the scale-down");
+        sd_to(s, SD_EV_FAIL, "instance deleted during the scale-down");
         return;
     }
     char *err = s->round_err;
     s->round_err = NULL;
-    switch (s->step) {
-    case SD_VERIFY: {
-        if (!sd_plan(s))
+    switch ((enum sd_state)s->base.state) {
+    case SD_VERIFY:
+        switch (sd_plan(s)) {
+        case PLAN_GONE:
+            sd_to(s, SD_EV_FAIL, "instance gone");
             break;
-        s->step = SD_GUARD;
-        char detail[160];
-        snprintf(detail, sizeof(detail), "guarding %zu node manager(s), lease %.0f s", s->n_nms,
-                 ctlcfg_guard_lease_s(&c->cfg));
-        sd_phase(s, "GUARD", detail);
-        sd_round(s);
-        break;
-    }
-    case SD_GUARD:
-        if (err) {
-            sd_fail(s, err);
+        case PLAN_NOTHING_DEAD:
+            sd_to(s, SD_EV_NOTHING_DEAD, "no candidate is dead: every reported engine answered");
+            break;
+        case PLAN_NO_SURVIVOR:
+            sd_to(s, SD_EV_FAIL, "no surviving rank would be left");
+            break;
+        case PLAN_OK: {
+            char detail[160];
+            snprintf(detail, sizeof(detail), "guarding %zu node manager(s), lease %.0f s",
+                     s->n_nms, ctlcfg_guard_lease_s(&c->cfg));
+            sd_to(s, SD_EV_PLANNED, detail);
             break;
         }
-        s->guarded = true;
-        s->step = SD_WAIT_READY;
-        s->deadline_ms = now + c->cfg.sd_deadline_ms;
-        sd_phase(s, "WAIT_APPLY_READY",
-                 "waiting for every survivor to be unhealthy without ft_state");
-        sd_round(s);
+        }
+        break;
+    case SD_GUARD:
+        if (err)
+            sd_to(s, SD_EV_FAIL, err);
+        else
+            sd_to(s, SD_EV_ROUND_OK,
+                  "waiting for every survivor to be unhealthy without ft_state");
         break;
     case SD_WAIT_READY:
         for (size_t i = 0; i < s->n_newly_dead; i++) {
@@ -484,60 +624,57 @@ static void sd_round_done(struct scaledown *s)
         }
         s->n_newly_dead = 0;
         if (err) {
-            sd_fail(s, err);
+            sd_to(s, SD_EV_FAIL, err);
             break;
         }
         if (s->n_surv == 0) {
-            sd_fail(s, "no surviving rank left");
+            sd_to(s, SD_EV_FAIL, "no surviving rank left");
             break;
         }
         if (s->ready >= s->n_surv) {
-            start_withdraw(s);
+            if (!sd_prepare_apply(s))
+                sd_to(s, SD_EV_FAIL, "instance gone");
+            else
+                sd_to(s, SD_EV_READY, "waiting for the coordinator to drop the instance");
             break;
         }
-        set_rt_phase(s, FT_WAITING_ENGINE_FAULT, "survivors not ready for apply yet");
+        rt_event(s, FT_EV_WAIT_FAULT, "survivors not ready for apply yet");
         if (now >= s->deadline_ms) {
-            sd_fail(s, "survivors not ready for apply before the execution deadline");
+            sd_to(s, SD_EV_FAIL, "survivors not ready for apply before the execution deadline");
             break;
         }
-        reactor_timer_start(c->r, &s->base.timer, c->cfg.sd_poll_ms, 0);
+        sd_to(s, SD_EV_NOT_READY, NULL);
         break;
     case SD_APPLY:
-        if (err) {
-            sd_fail(s, err);
-            break;
-        }
-        s->step = SD_WAIT_HEALTHY;
-        s->deadline_ms = now + c->cfg.sd_deadline_ms;
-        sd_phase(s, "WAIT_HEALTHY", "waiting for every survivor to be healthy");
-        reactor_timer_start(c->r, &s->base.timer, c->cfg.sd_poll_ms, 0);
+        if (err)
+            sd_to(s, SD_EV_FAIL, err);
+        else
+            sd_to(s, SD_EV_ROUND_OK, "waiting for every survivor to be healthy");
         break;
     case SD_WAIT_HEALTHY:
         if (err) {
-            sd_fail(s, err);
+            sd_to(s, SD_EV_FAIL, err);
             break;
         }
         if (s->ready >= s->n_surv) {
-            s->step = SD_COMMIT;
-            sd_phase(s, "COMMIT", "finalize commit on every node manager");
-            sd_round(s);
+            sd_to(s, SD_EV_READY, "finalize commit on every node manager");
             break;
         }
         if (now >= s->deadline_ms) {
-            sd_fail(s, "survivors not healthy before the execution deadline");
+            sd_to(s, SD_EV_FAIL, "survivors not healthy before the execution deadline");
             break;
         }
-        reactor_timer_start(c->r, &s->base.timer, c->cfg.sd_poll_ms, 0);
+        sd_to(s, SD_EV_NOT_READY, NULL);
         break;
     case SD_COMMIT:
         if (err) {
-            sd_fail(s, err);
+            sd_to(s, SD_EV_FAIL, err);
             break;
         }
-        sd_commit_done(s);
+        sd_record_commit(s);
+        sd_to(s, SD_EV_ROUND_OK, NULL);
         break;
-    case SD_WITHDRAW:
-    case SD_DONE:
+    default:
         break;
     }
     free(err);
@@ -549,12 +686,12 @@ static void sd_done(struct ctl *c, const struct httpc_response *resp, void *arg,
     struct scaledown *s = arg;
     size_t i = (size_t)tag;
     s->base.inflight--;
-    if (s->base.finished) {
+    if (ctl_strategy_over(&s->base)) {
         ctl_strategy_release(&s->base);
         return;
     }
     s->left--;
-    switch (s->step) {
+    switch ((enum sd_state)s->base.state) {
     case SD_VERIFY:
         verify_reply(s, i, resp);
         break;
@@ -563,9 +700,9 @@ static void sd_done(struct ctl *c, const struct httpc_response *resp, void *arg,
     case SD_COMMIT:
         if (!ctl_http_ok(resp))
             round_err(s, "%s failed on %s: %s",
-                      s->step == SD_GUARD   ? "guard"
-                      : s->step == SD_APPLY ? "apply"
-                                            : "commit",
+                      s->base.state == SD_GUARD   ? "guard"
+                      : s->base.state == SD_APPLY ? "apply"
+                                                  : "commit",
                       s->nms[i].key, ctl_http_err(resp));
         break;
     case SD_WAIT_READY:
@@ -591,7 +728,7 @@ static void sd_round(struct scaledown *s)
 {
     struct ctl *c = s->base.c;
     const char *path;
-    switch (s->step) {
+    switch ((enum sd_state)s->base.state) {
     case SD_VERIFY:
         path = "/node-manager/fault-tolerance/status";
         break;
@@ -615,11 +752,10 @@ static void sd_round(struct scaledown *s)
     /* Count first: a round completes when `left` drops to zero. */
     bool *go = xcalloc(s->n_nms + 1, sizeof(bool));
     s->left = 0;
+    int st = s->base.state;
+    bool needs_survivors = st == SD_WAIT_READY || st == SD_WAIT_HEALTHY || st == SD_APPLY;
     for (size_t i = 0; i < s->n_nms; i++) {
-        bool needs_survivors =
-            s->step == SD_WAIT_READY || s->step == SD_WAIT_HEALTHY || s->step == SD_APPLY;
-        go[i] =
-            s->step == SD_VERIFY ? s->nms[i].n_cand > 0 : !needs_survivors || s->nms[i].n_surv > 0;
+        go[i] = st == SD_VERIFY ? s->nms[i].n_cand > 0 : !needs_survivors || s->nms[i].n_surv > 0;
         s->left += go[i];
     }
     if (s->left == 0) {
@@ -632,7 +768,7 @@ static void sd_round(struct scaledown *s)
             continue;
         struct sd_nm *nm = &s->nms[i];
         json_t *body = NULL;
-        switch (s->step) {
+        switch ((enum sd_state)s->base.state) {
         case SD_VERIFY:
             body = json_pack("{s:o}", "endpoint_ids", ids_json(nm->cand, nm->n_cand));
             break;
@@ -687,6 +823,9 @@ int ctl_scaledown_start(struct ctl *c, struct ctl_inst *in, const int64_t *candi
     s->base.instance_id = in->id;
     s->base.free_fn = sd_free;
     reactor_timer_init(&s->base.timer, sd_timer, s);
+    s->base.fsm = &ctl_scaledown_fsm;
+    s->base.state = SD_DECIDING;
+    s->base.detach_fn = sd_detach;
     s->request_id = ctl_ft_new_request_id();
     in->strategy = s;
     ctl_ft_set_request_id(rt, s->request_id);
@@ -694,14 +833,14 @@ int ctl_scaledown_start(struct ctl *c, struct ctl_inst *in, const int64_t *candi
     ctl_ft_set_error(rt, NULL);
     /* The fallback if this fails: what the instance would have got without scale-down. */
     ctl_ft_set_fallback(rt, c->cfg.relaunch_enable ? STRAT_RELAUNCH : STRAT_RECONFIG);
-    set_rt_phase(s, FT_DECIDING, "DEAD engines reported");
+    rt_event(s, FT_EV_SCALE_DOWN, "DEAD engines reported");
     log_warn("strategy_started", LF_INT("instance_id", in->id), LF_STR("job_name", in->job_name),
              LF_STR("strategy", STRAT_SCALE_DOWN), LF_STR("request_id", s->request_id));
-    sd_phase(s, "DECIDING", NULL);
+    sd_announce(s, NULL);
     rt->gate =
         ctl_ft_gate(c->cfg.ft_enable, c->cfg.scale_down_enable, &in->ft_cap, in->ft_cap_consistent);
     if (rt->gate) {
-        sd_fail(s, "gate closed");
+        sd_to(s, SD_EV_FAIL, "gate closed");
         return 0;
     }
     size_t valid = 0;
@@ -721,7 +860,7 @@ int ctl_scaledown_start(struct ctl *c, struct ctl_inst *in, const int64_t *candi
     }
     if (valid == 0) {
         free(cands);
-        sd_fail(s, "no valid DEAD candidate rank");
+        sd_to(s, SD_EV_FAIL, "no valid DEAD candidate rank");
         return 0;
     }
     s->n_nms = in->n_nms;
@@ -741,8 +880,6 @@ int ctl_scaledown_start(struct ctl *c, struct ctl_inst *in, const int64_t *candi
     free(cands);
     if (!in->withdrawn)
         ctl_push_withdraw(c, in, NULL, NULL);
-    s->step = SD_VERIFY;
-    sd_phase(s, "DECIDING", "verifying that the candidates' engines are dead");
-    sd_round(s);
+    sd_to(s, SD_EV_CANDIDATES, "verifying that the candidates' engines are dead");
     return 0;
 }

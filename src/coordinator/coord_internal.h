@@ -18,6 +18,7 @@
 #include "coordinator/balancer.h"
 #include "coordinator/coord_config.h"
 #include "coordinator/instances.h"
+#include "coordinator/reqfsm.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -75,6 +76,7 @@ struct coord_worker {
     size_t rid_prefix_len;
     struct list_head live; /* struct preq: proxied requests in progress */
     int n_live;
+    struct reqfsm_stats fsm_stats; /* the requests' state-machine events (reqfsm.h) */
     struct reactor_timer sweep; /* request deadlines, while requests are live */
     int64_t sweep_ms;
     bool draining;

@@ -161,6 +161,12 @@ void coord_handle_metrics(struct httpd_req *req, void *arg)
         }
     }
     inst_snapshot_unref(s);
+    /* The requests' state machine, summed over the workers (each writes its own). */
+    const struct reqfsm_stats *stats[256];
+    size_t n_stats = 0;
+    for (int i = 0; c->workers && i < c->n_workers && n_stats < ARRAY_LEN(stats); i++)
+        stats[n_stats++] = &c->workers[i].fsm_stats;
+    reqfsm_render(&sb, stats, n_stats);
     if (sb.overflow) {
         strbuf_release(&sb);
         httpd_respond_error(req, 500, "metrics exposition too large");

@@ -11,15 +11,21 @@
  * charged to the instance's breaker and the request is retried on another pair after a
  * backoff. Once committed, a failure can only end the stream.
  *
- * Every path ends in preq_finish() (cancel legs, release load and breaker claims, stop
- * timers) before the answer is queued; the preq itself is freed in httpd's on_close,
- * which also covers a client that went away (its legs are then cancelled). */
+ * Where a request is lives in one place: its state (reqfsm.h: ROUTING, PREFILL, DECODE,
+ * BUFFERING, STREAMING, BACKOFF, DONE), changed only through step() — the table decides,
+ * the change is counted per worker and logged at debug level. Every terminal event goes
+ * through preq_end(), the one exit path: it enters DONE (so it runs once: DONE accepts
+ * no event), releases the legs, load and breaker claims and the backoff timer, counts the
+ * request and its error cause, and answers the client (an HTTP answer, or the end of a
+ * stream that already began). The preq itself is freed in httpd's on_close, which also
+ * covers a client that went away (CLIENT_GONE: its legs are then cancelled). */
 #include "coordinator/coord_internal.h"
 
 #include "common/log.h"
 #include "common/strbuf.h"
 #include "common/util.h"
 #include "coordinator/pdreq.h"
+#include "coordinator/reqfsm.h"
 #include "coordinator/reqscan.h"
 #include "coordinator/sse.h"
 
@@ -55,10 +61,13 @@ struct leg {
     struct instance *inst; /* borrowed from pr->snap */
     struct inst_endpoint *ep;
     int64_t tokens;
+    /* The claims the leg holds, each given back once: facts about resources, not phases
+     * (a vLLM prefill returns its load at the hand-off but keeps its identity for the
+     * avoid list; the breaker's verdict comes with the first byte, long before the end). */
     bool load_held;
     bool brk_held; /* a breaker admission awaiting its verdict */
-    bool trial;
-    bool first_byte;
+    bool trial;    /* that admission is the half-open trial */
+    /* Facts about the body read so far. */
     bool truncated; /* we stopped reading an over-long error body on purpose */
     bool too_large; /* a success body over the cap */
     long status;
@@ -71,12 +80,15 @@ struct preq {
     struct coord *c;
     struct httpd_req *hreq; /* NULL once closed */
     struct list_head link; /* on the worker's live list */
+    struct reqfsm fsm;     /* where the request is: the only phase it has */
     enum api api;
     /* What routing needs from the client's body (reqscan: no tree on the union route). */
     struct reqscan scan;
     const char *model; /* scan.model_name, NULL if absent */
     /* The body as a jansson tree, built only when a PD route must rewrite it. */
     json_t *body;
+    /* The client asked for a streamed answer ("stream": true in its body): a property of
+     * the request read once on arrival, not a phase (the phase is STREAMING). */
     bool stream;
     char rid[64];
     struct inst_snapshot *snap;
@@ -90,10 +102,7 @@ struct preq {
     int n_avoid;
     struct reactor_timer t_backoff;
     int64_t first_deadline_ms; /* first_token_timeout, checked by the worker's sweep */
-    bool committed;
-    bool finished;
-    struct sse_parser sse;
-    bool sse_on;
+    struct sse_parser sse;     /* in use while STREAMING on a PD route (sse_in_use) */
     int64_t start_us;
     int64_t deadline_ms;
     /* the last failure, answered when no retry is left */
@@ -106,7 +115,28 @@ struct preq {
 };
 
 static void attempt(struct preq *pr);
-static void preq_finish(struct preq *pr);
+
+/* ---- the state machine ------------------------------------------------------------- */
+
+static enum reqfsm_state state_of(const struct preq *pr)
+{
+    return reqfsm_state(&pr->fsm);
+}
+
+/* The one transition function for non-terminal events (terminal ones: preq_end). False
+ * when the table refused the event (logged and counted by reqfsm_step): do nothing. */
+static inline __attribute__((always_inline)) bool step(struct preq *pr, enum reqfsm_event ev,
+                                                        const char *cause)
+{
+    return reqfsm_step(&pr->fsm, ev, &pr->w->fsm_stats, pr->rid, cause) >= 0;
+}
+
+/* PD answers go through the SSE parser (internal fields are stripped per event); a
+ * union answer is forwarded as it comes. */
+static bool sse_in_use(const struct preq *pr, enum reqfsm_state st)
+{
+    return st == REQ_STREAMING && pr->mode != MODE_SINGLE;
+}
 
 /* ---- small helpers ------------------------------------------------------------------- */
 
@@ -207,7 +237,7 @@ static void leg_release(struct preq *pr, struct leg *leg)
     leg->inst = NULL;
     leg->ep = NULL;
     leg->status = 0;
-    leg->first_byte = leg->truncated = leg->too_large = false;
+    leg->truncated = leg->too_large = false;
 }
 
 static void avoid_add(struct preq *pr, const struct leg *leg)
@@ -228,7 +258,7 @@ static bool avoided(const struct preq *pr, const struct instance *in,
     return false;
 }
 
-/* ---- answering --------------------------------------------------------------------- */
+/* ---- the exit path ----------------------------------------------------------------- */
 
 static void record_end(struct preq *pr, int status)
 {
@@ -236,71 +266,118 @@ static void record_end(struct preq *pr, int status)
     metrics_histogram_observe(pr->c->m.e2e, (double)(util_mono_us() - pr->start_us) / 1e6);
 }
 
-static void answer_error(struct preq *pr, int status, enum coord_cause cause, const char *type,
-                         const char *msg)
-{
-    struct httpd_req *req = pr->hreq;
-    preq_finish(pr);
-    coord_count_error(pr->c, cause);
-    record_end(pr, status);
-    if (!req)
-        return;
-    httpd_add_header(req, "X-Request-Id", pr->rid);
-    respond_openai_error(req, status, type, msg);
-}
+#define NO_CAUSE (-1)
 
-static void answer_raw(struct preq *pr, int status, const char *ctype, const char *body, size_t len)
-{
-    struct httpd_req *req = pr->hreq;
-    preq_finish(pr);
-    record_end(pr, status);
-    if (!req)
-        return;
-    httpd_add_header(req, "X-Request-Id", pr->rid);
-    httpd_respond(req, status, ctype ? ctype : "application/json", body, len);
-}
+/* What the client gets. msg set: an OpenAI error {"error":{...}} (or, once streaming, an
+ * in-band error event); else body (NULL: empty) passed on with ctype (NULL: JSON). */
+struct answer {
+    int status; /* accounted under it (499: the client went away; 200 once streaming) */
+    const char *type, *msg;
+    const char *ctype, *body;
+    size_t len;
+    const char *why; /* for the transition log when there is no msg */
+};
 
-/* A committed stream that cannot go on: tell the client in-band, then end. */
-static void stream_fail(struct preq *pr, enum coord_cause cause, const char *msg)
+/* The one exit path: ev is a terminal event, cause an enum coord_cause counted in
+ * errors_total (NO_CAUSE: none). Ignored (logged by the table) when ev is illegal in the
+ * current state — in particular a second end, since DONE takes no event. */
+static void preq_end(struct preq *pr, enum reqfsm_event ev, int cause, const struct answer *a)
 {
+    int from = reqfsm_step(&pr->fsm, ev, &pr->w->fsm_stats, pr->rid, a->msg ? a->msg : a->why);
+    if (from < 0)
+        return;
     struct httpd_req *req = pr->hreq;
-    coord_count_error(pr->c, cause);
-    if (req) {
-        struct strbuf sb;
-        strbuf_init(&sb, 4096);
-        strbuf_puts(&sb, "data: {\"error\":{\"message\":");
-        strbuf_put_json_string(&sb, msg);
-        strbuf_appendf(&sb, ",\"type\":\"%s\",\"code\":%d}}\n\n",
-                       cause == CAUSE_INFER_TIMEOUT ? "timeout" : "upstream_error",
-                       cause == CAUSE_INFER_TIMEOUT ? 504 : 502);
-        httpd_stream_write(req, strbuf_str(&sb), sb.len);
-        strbuf_release(&sb);
+    bool streaming = from == REQ_STREAMING;
+    if (streaming && req) {
+        if (a->msg) {
+            /* The head went out: tell the client in-band. */
+            struct strbuf sb;
+            strbuf_init(&sb, 4096);
+            strbuf_puts(&sb, "data: {\"error\":{\"message\":");
+            strbuf_put_json_string(&sb, a->msg);
+            strbuf_appendf(&sb, ",\"type\":\"%s\",\"code\":%d}}\n\n",
+                           cause == CAUSE_INFER_TIMEOUT ? "timeout" : "upstream_error",
+                           cause == CAUSE_INFER_TIMEOUT ? 504 : 502);
+            httpd_stream_write(req, strbuf_str(&sb), sb.len);
+            strbuf_release(&sb);
+        } else if (sse_in_use(pr, REQ_STREAMING)) {
+            size_t n;
+            const char *rest = sse_pending(&pr->sse, &n);
+            if (n)
+                httpd_stream_write(req, rest, n);
+        }
     }
-    preq_finish(pr);
-    record_end(pr, 200);
-    if (req)
+    reactor_timer_stop(pr->w->r, &pr->t_backoff);
+    leg_release(pr, &pr->legs[LEG_PREFILL]);
+    leg_release(pr, &pr->legs[LEG_MAIN]);
+    if (sse_in_use(pr, (enum reqfsm_state)from))
+        sse_release(&pr->sse);
+    if (cause != NO_CAUSE)
+        coord_count_error(pr->c, (enum coord_cause)cause);
+    record_end(pr, a->status);
+    if (!req)
+        return;
+    if (streaming) {
         httpd_stream_end(req, false);
+        return;
+    }
+    httpd_add_header(req, "X-Request-Id", pr->rid);
+    if (a->msg)
+        respond_openai_error(req, a->status, a->type, a->msg);
+    else
+        httpd_respond(req, a->status, a->ctype ? a->ctype : "application/json",
+                      a->body ? a->body : "", a->body ? a->len : 0);
+}
+
+/* The request cannot go on because its client is gone (on_close, or defensively where
+ * the body should still be readable). */
+static void client_gone(struct preq *pr)
+{
+    preq_end(pr, REQ_EV_CLIENT_GONE, CAUSE_CLIENT_DISCONNECT,
+             &(struct answer){.status = 499, .why = "client connection closed"});
+}
+
+/* An upstream answer passed on as it is (the engine judged the request itself). */
+static void pass_through(struct preq *pr, struct leg *leg)
+{
+    leg_verdict(pr, leg, 1);
+    size_t len = leg->body.len;
+    char *body = strbuf_take(&leg->body);
+    char *ct = xstrdup(leg->ctype);
+    char why[48];
+    snprintf(why, sizeof(why), "engine answered HTTP %ld", leg->status);
+    preq_end(pr, REQ_EV_PASS_THROUGH, CAUSE_UPSTREAM_STATUS,
+             &(struct answer){.status = (int)leg->status, .ctype = ct, .body = body, .len = len,
+                              .why = why});
+    free(ct);
+    free(body);
 }
 
 /* ---- retries ----------------------------------------------------------------------- */
 
 static void on_backoff(struct reactor *r, void *arg)
 {
-    attempt(arg);
+    struct preq *pr = arg;
+    if (step(pr, REQ_EV_RETRY_TIMER, "backoff elapsed"))
+        attempt(pr);
 }
 
+/* No retry left: answer the last failure. */
 static void give_up(struct preq *pr)
 {
     if (pr->fail_status >= 400) {
-        coord_count_error(pr->c, pr->fail_cause);
         char *body = pr->fail_body;
         pr->fail_body = NULL;
-        answer_raw(pr, pr->fail_status, pr->fail_ctype, body ? body : "", body ? pr->fail_len : 0);
+        preq_end(pr, REQ_EV_GIVE_UP, pr->fail_cause,
+                 &(struct answer){.status = pr->fail_status, .ctype = pr->fail_ctype,
+                                  .body = body ? body : "", .len = body ? pr->fail_len : 0,
+                                  .why = pr->fail_msg});
         free(body);
         return;
     }
     int status = pr->fail_cause == CAUSE_FIRST_TOKEN_TIMEOUT ? 504 : 502;
-    answer_error(pr, status, pr->fail_cause, "upstream_error", pr->fail_msg);
+    preq_end(pr, REQ_EV_GIVE_UP, pr->fail_cause,
+             &(struct answer){.status = status, .type = "upstream_error", .msg = pr->fail_msg});
 }
 
 /* The attempt failed before anything reached the client. */
@@ -308,7 +385,6 @@ static void attempt_failed(struct preq *pr, struct leg *leg, enum coord_cause ca
                            const char *msg)
 {
     struct coord *c = pr->c;
-    struct leg *p = &pr->legs[LEG_PREFILL];
     if (leg) {
         leg_verdict(pr, leg, -1);
         avoid_add(pr, leg);
@@ -337,12 +413,6 @@ static void attempt_failed(struct preq *pr, struct leg *leg, enum coord_cause ca
     }
     pr->fail_cause = cause;
     snprintf(pr->fail_msg, sizeof(pr->fail_msg), "%s", msg);
-    leg_release(pr, p);
-    leg_release(pr, &pr->legs[LEG_MAIN]);
-    if (pr->sse_on) {
-        sse_release(&pr->sse);
-        pr->sse_on = false;
-    }
     int limit = c->cfg.max_retry;
     if (cause == CAUSE_UPSTREAM_TRANSPORT && c->cfg.transport_max_retry >= 0)
         limit = c->cfg.transport_max_retry;
@@ -350,6 +420,10 @@ static void attempt_failed(struct preq *pr, struct leg *leg, enum coord_cause ca
         give_up(pr);
         return;
     }
+    if (!step(pr, REQ_EV_RETRY, msg))
+        return;
+    leg_release(pr, &pr->legs[LEG_PREFILL]);
+    leg_release(pr, &pr->legs[LEG_MAIN]);
     pr->retries++;
     metrics_counter_inc(c->m.retries);
     int64_t delay = c->cfg.retry_delay_ms;
@@ -384,21 +458,24 @@ static int on_sse_event(const char *raw, size_t raw_len, const char *data, size_
     return rc < 0 ? 1 : 0;
 }
 
+/* The main leg's first byte of a 2xx answer (state DECODE): the breaker's verdict, and
+ * for a streamed request the response head (the request is committed). */
 static void first_byte(struct preq *pr, struct leg *leg)
 {
-    leg->first_byte = true;
-    leg_verdict(pr, leg, 1);
-    if (pr->stream && pr->hreq) {
-        pr->committed = true;
-        metrics_histogram_observe(pr->c->m.ttft, (double)(util_mono_us() - pr->start_us) / 1e6);
-        httpd_add_header(pr->hreq, "X-Request-Id", pr->rid);
-        httpd_add_header(pr->hreq, "Cache-Control", "no-cache");
-        httpd_stream_begin(pr->hreq, 200, leg->ctype ? leg->ctype : "text/event-stream");
-        if (pr->mode != MODE_SINGLE) {
-            sse_init(&pr->sse, PROXY_SSE_LINE_MAX, PROXY_SSE_EVENT_MAX);
-            pr->sse_on = true;
-        }
+    if (!pr->stream) {
+        if (step(pr, REQ_EV_BODY_START, NULL))
+            leg_verdict(pr, leg, 1);
+        return;
     }
+    if (!step(pr, REQ_EV_STREAM_START, NULL))
+        return;
+    leg_verdict(pr, leg, 1);
+    metrics_histogram_observe(pr->c->m.ttft, (double)(util_mono_us() - pr->start_us) / 1e6);
+    httpd_add_header(pr->hreq, "X-Request-Id", pr->rid);
+    httpd_add_header(pr->hreq, "Cache-Control", "no-cache");
+    httpd_stream_begin(pr->hreq, 200, leg->ctype ? leg->ctype : "text/event-stream");
+    if (sse_in_use(pr, REQ_STREAMING))
+        sse_init(&pr->sse, PROXY_SSE_LINE_MAX, PROXY_SSE_EVENT_MAX);
 }
 
 static int leg_on_status(long status, const char *ctype, void *arg)
@@ -422,7 +499,7 @@ static int leg_on_chunk(const char *data, size_t len, void *arg)
         if (leg->body.max == 0)
             strbuf_init(&leg->body, ok ? PROXY_RESP_MAX : PROXY_ERR_BODY_MAX);
         /* An error answer is not a first token: the request may still be retried. */
-        if (ok && leg->which == LEG_MAIN && !leg->first_byte)
+        if (ok && leg->which == LEG_MAIN && state_of(pr) == REQ_DECODE)
             first_byte(pr, leg);
         if (strbuf_append(&leg->body, data, len) < 0) {
             size_t room = leg->body.max - leg->body.len;
@@ -436,16 +513,17 @@ static int leg_on_chunk(const char *data, size_t len, void *arg)
         return 0;
     }
     /* The streamed main leg. */
-    if (!leg->first_byte)
+    if (state_of(pr) == REQ_DECODE)
         first_byte(pr, leg);
-    if (!pr->hreq)
+    if (!pr->hreq || state_of(pr) != REQ_STREAMING)
         return 1;
     int rc;
-    if (pr->sse_on) {
+    if (sse_in_use(pr, REQ_STREAMING)) {
         rc = sse_feed(&pr->sse, data, len, on_sse_event, pr);
         if (rc == -E2BIG) {
             log_warn("upstream_sse_oversized", LF_STR("request_id", pr->rid));
-            stream_fail(pr, CAUSE_UPSTREAM_PROTOCOL, "upstream SSE event too large");
+            preq_end(pr, REQ_EV_BROKEN, CAUSE_UPSTREAM_PROTOCOL,
+                     &(struct answer){.status = 200, .msg = "upstream SSE event too large"});
             return 1;
         }
     } else {
@@ -459,19 +537,22 @@ static void main_done(struct preq *pr, struct leg *leg, const struct httpc_respo
 {
     bool cut = leg->truncated || leg->too_large;
     if (resp->error && !cut) {
-        if (pr->committed) {
+        if (state_of(pr) == REQ_STREAMING) {
             leg_verdict(pr, leg, -1);
             log_warn("upstream_stream_broken", LF_STR("request_id", pr->rid),
                      LF_INT("instance_id", leg->inst->id), LF_STR("error", resp->error_text));
-            stream_fail(pr, CAUSE_UPSTREAM_TRANSPORT, "upstream connection lost mid-stream");
+            preq_end(pr, REQ_EV_BROKEN, CAUSE_UPSTREAM_TRANSPORT,
+                     &(struct answer){.status = 200,
+                                      .msg = "upstream connection lost mid-stream"});
             return;
         }
         attempt_failed(pr, leg, CAUSE_UPSTREAM_TRANSPORT, resp->error_text);
         return;
     }
     if (leg->too_large) {
-        answer_error(pr, 502, CAUSE_UPSTREAM_PROTOCOL, "upstream_error",
-                     "upstream response exceeds the coordinator's limit");
+        preq_end(pr, REQ_EV_FAIL, CAUSE_UPSTREAM_PROTOCOL,
+                 &(struct answer){.status = 502, .type = "upstream_error",
+                                  .msg = "upstream response exceeds the coordinator's limit"});
         return;
     }
     if (leg->status >= 500 || leg->status < 200) {
@@ -483,30 +564,13 @@ static void main_done(struct preq *pr, struct leg *leg, const struct httpc_respo
     if (leg->status >= 300) {
         /* The engine judged the request itself (4xx): the instance is fine and another
          * one would say the same. Pass the answer through. */
-        leg_verdict(pr, leg, 1);
-        coord_count_error(pr->c, CAUSE_UPSTREAM_STATUS);
-        size_t len = leg->body.len;
-        char *body = strbuf_take(&leg->body);
-        char *ct = xstrdup(leg->ctype);
-        answer_raw(pr, (int)leg->status, ct, body, len);
-        free(ct);
-        free(body);
+        pass_through(pr, leg);
         return;
     }
-    if (!leg->first_byte)
-        first_byte(pr, leg);
+    if (state_of(pr) == REQ_DECODE)
+        first_byte(pr, leg); /* a 2xx answer without a body */
     if (pr->stream) {
-        struct httpd_req *req = pr->hreq;
-        if (pr->sse_on && req) {
-            size_t n;
-            const char *rest = sse_pending(&pr->sse, &n);
-            if (n)
-                httpd_stream_write(req, rest, n);
-        }
-        preq_finish(pr);
-        record_end(pr, 200);
-        if (req)
-            httpd_stream_end(req, false);
+        preq_end(pr, REQ_EV_COMPLETE, NO_CAUSE, &(struct answer){.status = 200});
         return;
     }
     metrics_histogram_observe(pr->c->m.ttft, (double)(util_mono_us() - pr->start_us) / 1e6);
@@ -515,7 +579,9 @@ static void main_done(struct preq *pr, struct leg *leg, const struct httpc_respo
         if (j && pdreq_strip_response(j)) {
             char *s = json_dumps(j, JSON_COMPACT);
             json_decref(j);
-            answer_raw(pr, 200, "application/json", s, strlen(s));
+            preq_end(pr, REQ_EV_COMPLETE, NO_CAUSE,
+                     &(struct answer){.status = 200, .ctype = "application/json", .body = s,
+                                      .len = strlen(s)});
             free(s);
             return;
         }
@@ -524,7 +590,8 @@ static void main_done(struct preq *pr, struct leg *leg, const struct httpc_respo
     size_t len = leg->body.len;
     char *body = strbuf_take(&leg->body);
     char *ct = xstrdup(leg->ctype);
-    answer_raw(pr, 200, ct, body, len);
+    preq_end(pr, REQ_EV_COMPLETE, NO_CAUSE,
+             &(struct answer){.status = 200, .ctype = ct, .body = body, .len = len});
     free(ct);
     free(body);
 }
@@ -533,10 +600,13 @@ static void leg_start(struct preq *pr, struct leg *leg, const char *body, size_t
 
 static void prefill_done(struct preq *pr, struct leg *leg, const struct httpc_response *resp)
 {
-    if (pr->mode == MODE_SGLANG_PD && pr->legs[LEG_MAIN].first_byte) {
+    enum reqfsm_state st = state_of(pr);
+    if (pr->mode == MODE_SGLANG_PD && (st == REQ_BUFFERING || st == REQ_STREAMING)) {
         /* The decode side already answers: the prefill's outcome only feeds its
          * breaker, the client's request goes on (or fails) with the decode leg. */
         bool ok = !resp->error && leg->status >= 200 && leg->status < 500;
+        if (!step(pr, REQ_EV_PREFILL_DONE, ok ? "prefill done" : "prefill failed late"))
+            return;
         leg_verdict(pr, leg, ok ? 1 : -1);
         leg_release(pr, leg);
         return;
@@ -552,18 +622,13 @@ static void prefill_done(struct preq *pr, struct leg *leg, const struct httpc_re
         return;
     }
     if (leg->status >= 300) {
-        leg_verdict(pr, leg, 1);
-        coord_count_error(pr->c, CAUSE_UPSTREAM_STATUS);
-        size_t blen = leg->body.len;
-        char *body = strbuf_take(&leg->body);
-        char *ct = xstrdup(leg->ctype);
-        answer_raw(pr, (int)leg->status, ct, body, blen);
-        free(ct);
-        free(body);
+        pass_through(pr, leg);
         return;
     }
     if (pr->mode == MODE_SGLANG_PD) {
         /* The decode leg carries the answer; the prefill only had to succeed. */
+        if (!step(pr, REQ_EV_PREFILL_DONE, "prefill done"))
+            return;
         leg_verdict(pr, leg, 1);
         leg_release(pr, leg);
         return;
@@ -575,6 +640,10 @@ static void prefill_done(struct preq *pr, struct leg *leg, const struct httpc_re
     json_decref(j);
     if (rc < 0) {
         attempt_failed(pr, leg, CAUSE_UPSTREAM_PROTOCOL, err);
+        return;
+    }
+    if (!step(pr, REQ_EV_TICKET, NULL)) {
+        json_decref(ticket);
         return;
     }
     leg_verdict(pr, leg, 1);
@@ -642,7 +711,6 @@ static void leg_start(struct preq *pr, struct leg *leg, const char *body, size_t
               LF_INT("instance_id", leg->inst->id), LF_BOOL("stream", stream));
     leg->h = httpc_request(pr->w->httpc, &o, leg_on_done, leg);
 }
-
 /* ---- routing ----------------------------------------------------------------------- */
 
 struct pick_ctx {
@@ -777,7 +845,7 @@ static bool preq_tree(struct preq *pr)
     size_t len;
     const char *raw = pr->hreq ? httpd_req_body(pr->hreq, &len) : NULL;
     if (!raw) {
-        preq_finish(pr);
+        client_gone(pr);
         return false;
     }
     json_error_t e;
@@ -785,13 +853,15 @@ static bool preq_tree(struct preq *pr)
     if (!json_is_object(pr->body)) {
         log_error("request_body_reparse_failed", LF_STR("request_id", pr->rid),
                   LF_STR("error", e.text));
-        answer_error(pr, 400, CAUSE_BAD_REQUEST, "BadRequestError",
-                     "request body is not valid JSON");
+        preq_end(pr, REQ_EV_REJECT, CAUSE_BAD_REQUEST,
+                 &(struct answer){.status = 400, .type = "BadRequestError",
+                                  .msg = "request body is not valid JSON"});
         return false;
     }
     return true;
 }
 
+/* ROUTING: pick a route and send its legs. */
 static void attempt(struct preq *pr)
 {
     struct inst_snapshot *s = proxy_snapshot(pr->w);
@@ -803,7 +873,8 @@ static void attempt(struct preq *pr)
     if (pr->attempts == 1 && !model_known(pr)) {
         char msg[320];
         snprintf(msg, sizeof(msg), "The model `%s` does not exist.", pr->model);
-        answer_error(pr, 404, CAUSE_MODEL_NOT_FOUND, "NotFoundError", msg);
+        preq_end(pr, REQ_EV_REJECT, CAUSE_MODEL_NOT_FOUND,
+                 &(struct answer){.status = 404, .type = "NotFoundError", .msg = msg});
         return;
     }
     if (!plan(pr)) {
@@ -814,7 +885,8 @@ static void attempt(struct preq *pr)
         char msg[320];
         describe_fleet(pr, msg, sizeof(msg));
         log_warn("no_instance", LF_STR("request_id", pr->rid), LF_STR("reason", msg));
-        answer_error(pr, 503, CAUSE_NO_INSTANCE, "ServiceUnavailable", msg);
+        preq_end(pr, REQ_EV_REJECT, CAUSE_NO_INSTANCE,
+                 &(struct answer){.status = 503, .type = "ServiceUnavailable", .msg = msg});
         return;
     }
     struct leg *p = &pr->legs[LEG_PREFILL], *d = &pr->legs[LEG_MAIN];
@@ -826,14 +898,18 @@ static void attempt(struct preq *pr)
         size_t len;
         const char *raw = pr->hreq ? httpd_req_body(pr->hreq, &len) : NULL;
         if (!raw) {
-            preq_finish(pr);
+            client_gone(pr);
             return;
         }
+        if (!step(pr, REQ_EV_SENT, mode_names[pr->mode]))
+            return;
         leg_start(pr, d, raw, len, pr->stream);
         break;
     }
     case MODE_VLLM_PD: {
         if (!preq_tree(pr))
+            return;
+        if (!step(pr, REQ_EV_HANDOFF, mode_names[pr->mode]))
             return;
         json_t *b = pdreq_vllm_prefill(pr->body, pr->rid);
         char *sb = json_dumps(b, JSON_COMPACT);
@@ -844,6 +920,8 @@ static void attempt(struct preq *pr)
     }
     case MODE_SGLANG_PD: {
         if (!preq_tree(pr))
+            return;
+        if (!step(pr, REQ_EV_SENT, mode_names[pr->mode]))
             return;
         uint64_t room = pdreq_bootstrap_room(p->inst->id, d->inst->id, pr->rid, pr->attempts);
         json_t *pb =
@@ -864,36 +942,48 @@ static void attempt(struct preq *pr)
 
 /* ---- timers ------------------------------------------------------------------------ */
 
-static void on_first_timeout(struct preq *pr)
+/* The verdict on the engines holding a request that timed out. */
+static void legs_timed_out(struct preq *pr)
 {
-    if (pr->finished || pr->committed)
-        return;
-    /* The engines holding this request did not produce anything in time. */
     for (int i = 0; i < 2; i++)
         if (pr->legs[i].h)
             leg_verdict(pr, &pr->legs[i], -1);
+}
+
+/* PREFILL, DECODE, BACKOFF: nothing of an answer yet. */
+static void on_first_timeout(struct preq *pr)
+{
+    legs_timed_out(pr);
+    char trail[160];
+    reqfsm_trail(&pr->fsm, trail, sizeof(trail));
     log_warn("first_token_timeout", LF_STR("request_id", pr->rid),
              LF_INT("timeout_ms", pr->c->cfg.first_token_timeout_ms),
-             LF_INT("instance_id", pr->legs[LEG_MAIN].inst ? pr->legs[LEG_MAIN].inst->id : -1));
-    answer_error(pr, 504, CAUSE_FIRST_TOKEN_TIMEOUT, "timeout",
-                 "no first token from the inference engine within first_token_timeout");
+             LF_INT("instance_id", pr->legs[LEG_MAIN].inst ? pr->legs[LEG_MAIN].inst->id : -1),
+             LF_STR("states", trail));
+    preq_end(pr, REQ_EV_FIRST_TIMEOUT, CAUSE_FIRST_TOKEN_TIMEOUT,
+             &(struct answer){
+                 .status = 504,
+                 .type = "timeout",
+                 .msg = "no first token from the inference engine within first_token_timeout"});
 }
 
 static void on_total_timeout(struct preq *pr)
 {
-    if (pr->finished)
-        return;
+    bool streaming = state_of(pr) == REQ_STREAMING;
+    char trail[160];
+    reqfsm_trail(&pr->fsm, trail, sizeof(trail));
     log_warn("infer_timeout", LF_STR("request_id", pr->rid),
-             LF_INT("timeout_ms", pr->c->cfg.infer_timeout_ms),
-             LF_BOOL("streaming", pr->committed));
-    if (pr->committed) {
-        stream_fail(pr, CAUSE_INFER_TIMEOUT, "request exceeded infer_timeout");
+             LF_INT("timeout_ms", pr->c->cfg.infer_timeout_ms), LF_BOOL("streaming", streaming),
+             LF_STR("states", trail));
+    if (streaming) {
+        preq_end(pr, REQ_EV_TOTAL_TIMEOUT, CAUSE_INFER_TIMEOUT,
+                 &(struct answer){.status = 200, .msg = "request exceeded infer_timeout"});
         return;
     }
-    for (int i = 0; i < 2; i++)
-        if (pr->legs[i].h)
-            leg_verdict(pr, &pr->legs[i], -1);
-    answer_error(pr, 504, CAUSE_INFER_TIMEOUT, "timeout", "request exceeded infer_timeout");
+    legs_timed_out(pr);
+    preq_end(pr, REQ_EV_TOTAL_TIMEOUT, CAUSE_INFER_TIMEOUT,
+             &(struct answer){.status = 504, .type = "timeout",
+                              .msg = "request exceeded infer_timeout"});
 }
 
 /* Deadlines are checked by one periodic timer per worker rather than two timers per
@@ -910,33 +1000,30 @@ static void on_sweep(struct reactor *r, void *arg)
     {
         /* answering never frees pr (on_close does, later) */
         struct preq *pr = list_entry(n, struct preq, link);
-        if (pr->finished)
-            continue;
-        if (!pr->committed && !pr->legs[LEG_MAIN].first_byte && now >= pr->first_deadline_ms)
-            on_first_timeout(pr);
-        else if (now >= pr->deadline_ms)
-            on_total_timeout(pr);
+        switch (state_of(pr)) {
+        case REQ_PREFILL:
+        case REQ_DECODE:
+        case REQ_BACKOFF:
+            if (now >= pr->first_deadline_ms)
+                on_first_timeout(pr);
+            else if (now >= pr->deadline_ms)
+                on_total_timeout(pr);
+            break;
+        case REQ_BUFFERING:
+        case REQ_STREAMING:
+            if (now >= pr->deadline_ms)
+                on_total_timeout(pr);
+            break;
+        case REQ_ROUTING: /* synchronous: never seen here */
+        case REQ_DONE:    /* answered, waiting for on_close */
+            break;
+        }
     }
     if (w->n_live == 0)
         reactor_timer_stop(r, &w->sweep);
 }
 
 /* ---- lifecycle --------------------------------------------------------------------- */
-
-static void preq_finish(struct preq *pr)
-{
-    if (pr->finished)
-        return;
-    pr->finished = true;
-    struct reactor *r = pr->w->r;
-    reactor_timer_stop(r, &pr->t_backoff);
-    leg_release(pr, &pr->legs[LEG_PREFILL]);
-    leg_release(pr, &pr->legs[LEG_MAIN]);
-    if (pr->sse_on) {
-        sse_release(&pr->sse);
-        pr->sse_on = false;
-    }
-}
 
 static void worker_maybe_stop(struct coord_worker *w)
 {
@@ -948,12 +1035,12 @@ static void on_close(struct httpd_req *req, void *arg)
 {
     struct preq *pr = arg;
     pr->hreq = NULL;
-    if (!pr->finished) {
+    if (state_of(pr) != REQ_DONE) {
+        char trail[160];
+        reqfsm_trail(&pr->fsm, trail, sizeof(trail));
         log_info("client_disconnected", LF_STR("request_id", pr->rid),
-                 LF_BOOL("streaming", pr->committed));
-        coord_count_error(pr->c, CAUSE_CLIENT_DISCONNECT);
-        record_end(pr, 499);
-        preq_finish(pr);
+                 LF_BOOL("streaming", state_of(pr) == REQ_STREAMING), LF_STR("states", trail));
+        client_gone(pr);
     }
     struct coord_worker *w = pr->w;
     list_remove(&pr->link);
@@ -1015,6 +1102,7 @@ static void handle_infer(struct httpd_req *req, struct coord_worker *w, enum api
     pr->hreq = req;
     pr->api = api;
     pr->scan = scan;
+    reqfsm_init(&pr->fsm);
     pr->stream = scan.stream == REQSCAN_TRUE;
     pr->model = scan.model_name;
     pr->start_us = util_mono_us();

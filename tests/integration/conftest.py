@@ -52,3 +52,16 @@ def procs(request, tmpdir_path, motor):
     if failed and reg.procs:
         sys.stderr.write("\n" + reg.tails() + "\n")
     reg.close_all()
+    if not failed:
+        # A state table refusing an event is a bug (a callback after the end, an exit path
+        # taken twice): the daemons log it and go on, the test does not.
+        bad = [f"{p.name}: {line.strip()}" for p in reg.procs
+               for line in p.output().splitlines()
+               if any(f'"event":"{e}"' in line for e in IGNORED_EVENT_LOGS)]
+        if bad:
+            pytest.fail("illegal state-machine events:\n" + "\n".join(bad[:20]))
+
+
+# Log events of the state tables' "illegal event, ignored" path (ctl_fsm.c, reqfsm.c).
+IGNORED_EVENT_LOGS = ("state_event_ignored", "request_event_ignored", "engine_event_ignored",
+                      "nm_phase_event_ignored")

@@ -112,6 +112,24 @@ def metric_value(text: str, name: str, labels: Optional[dict[str, str]] = None) 
     return total
 
 
+def fsm_events(c: "Coord") -> dict[tuple[str, str, str], float]:
+    """The request state machine's applied events: {(from, event, to): count}."""
+    out: dict[tuple[str, str, str], float] = {}
+    for line in get(c.url + "/metrics").text.splitlines():
+        m = _SAMPLE.match(line.strip())
+        if not m or m.group(1) != "motor_coordinator_request_events_total":
+            continue
+        got = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
+        out[(got["from"], got["event"], got["to"])] = float(m.group(3))
+    return out
+
+
+def fsm_count(c: "Coord", event: str, to: Optional[str] = None) -> float:
+    """How often `event` was applied (into state `to`, when given)."""
+    return sum(v for (f, e, t), v in fsm_events(c).items()
+               if e == event and (to is None or t == to))
+
+
 def sim_served(sim: Any) -> float:
     """Requests a simulator completed (vllm:request_success_total)."""
     return metric_value(get(sim.url + "/metrics").text, "vllm:request_success_total")
@@ -137,6 +155,12 @@ def no_internal_fields(obj: Any) -> None:
 
 def stop_clean(c: Coord, timeout: float = 15.0) -> None:
     """SIGTERM the coordinator: it must exit 0 with no sanitizer report (leaks included)."""
+    # The request state machine met no event its table forbids (each would be a bug: an
+    # exit path taken twice, a callback after the end); the log says the same.
+    text = get(c.url + "/metrics").text
+    assert metric_value(text, "motor_coordinator_request_events_ignored_total") == 0, \
+        [ln for ln in text.splitlines() if "events_ignored_total{" in ln]
+    assert not c.proc.find_events("request_event_ignored")
     rc = c.proc.stop(timeout)
     out = c.proc.output()
     assert "AddressSanitizer" not in out and "runtime error:" not in out and \

@@ -7,8 +7,8 @@ import json
 import socket
 import time
 
-from coord_helpers import (stop_clean, FAST, ext_instance, metric_value, openai_error, sim_aborted,
-                           sim_served, start_coordinator)
+from coord_helpers import (stop_clean, FAST, ext_instance, fsm_events, fsm_count, metric_value,
+                           openai_error, sim_aborted, sim_served, start_coordinator)
 from motorlib import SSEStream, get, start_sim, wait_for
 
 BREAKER = {"exception_config": {"retry_delay": 0.01, "circuit_breaker_open_timeout": 0.5,
@@ -91,6 +91,13 @@ def test_retries_exhausted_pass_upstream_error(procs, tmpdir_path):
     assert "error" in r.json()  # the engine's own body, passed through
     assert len(c.proc.find_events("upstream_failed")) == 3  # 1 + max_retry
     assert c.metric("motor_coordinator_retries_total") == 2
+    # the request's path: DECODE -> BACKOFF twice, then the last failure answered once
+    ev = fsm_events(c)
+    assert ev[("DECODE", "RETRY", "BACKOFF")] == 2
+    assert ev[("BACKOFF", "RETRY_TIMER", "ROUTING")] == 2
+    assert ev[("DECODE", "GIVE_UP", "DONE")] == 1
+    assert fsm_count(c, "SENT") == 3
+    assert c.metric("motor_coordinator_requests_total", {"code": "500"}) == 1
 
     # a dead engine: transport errors, retried on the live one
     s2.fault("recover")
@@ -116,6 +123,8 @@ def test_first_token_timeout_on_hang(procs, tmpdir_path):
         assert "first_token_timeout" in err["message"]
         assert 0.4 <= took < 3, took
     assert c.metric("motor_coordinator_errors_total", {"cause": "first_token_timeout"}) == 2
+    assert fsm_events(c)[("DECODE", "FIRST_TIMEOUT", "DONE")] == 2
+    assert c.metric("motor_coordinator_requests_total", {"code": "504"}) == 2
     wait_for(lambda: c.metric("motor_coordinator_endpoint_inflight_requests") == 0, 5)
     stop_clean(c)
 
@@ -140,6 +149,9 @@ def test_infer_timeout(procs, tmpdir_path):
     assert "infer_timeout" in err["message"]
     wait_for(lambda: s.status()["running"] == 0, 5, what="upstream cancelled")
     assert c.metric("motor_coordinator_errors_total", {"cause": "infer_timeout"}) == 2
+    ev = fsm_events(c)
+    assert ev[("STREAMING", "TOTAL_TIMEOUT", "DONE")] == 1  # the in-band end
+    assert ev[("DECODE", "TOTAL_TIMEOUT", "DONE")] == 1     # the 504
     stop_clean(c)
 
 
@@ -172,6 +184,11 @@ def test_client_disconnect_cancels_upstream(procs, tmpdir_path):
     wait_for(lambda: c.metric("motor_coordinator_inflight_requests") == 0, 10)
     assert c.metric("motor_coordinator_endpoint_inflight_tokens") == 0
     assert c.metric("motor_coordinator_errors_total", {"cause": "client_disconnect"}) == 2
+    # each request ended once, on the client's side (499), wherever it was
+    assert c.metric("motor_coordinator_requests_total", {"code": "499"}) == 2
+    ev = fsm_events(c)
+    assert ev[("STREAMING", "CLIENT_GONE", "DONE")] == 1
+    assert ev[("DECODE", "CLIENT_GONE", "DONE")] == 1
     # and the coordinator keeps serving
     assert c.completion(model="m", prompt="x", max_tokens=2).status == 200
     stop_clean(c)

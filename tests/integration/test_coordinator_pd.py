@@ -5,8 +5,8 @@ retried on another pair, hybrid fallback and its switch."""
 
 import signal
 
-from coord_helpers import (stop_clean, FAST, ext_instance, metric_value, no_internal_fields, openai_error,
-                           sim_served, start_coordinator)
+from coord_helpers import (stop_clean, FAST, ext_instance, fsm_events, metric_value,
+                           no_internal_fields, openai_error, sim_served, start_coordinator)
 from motorlib import SSEStream, get, start_sim, wait_for
 
 
@@ -72,6 +72,12 @@ def test_pd_handoff_equals_union(procs, tmpdir_path):
     assert st.status == 200, st.error_body
     assert stream_text(st.all(), True) == ref["choices"][0]["message"]["content"]
     assert gen_tokens(p) == 4 and sim_served(d) == 4
+    # four hand-offs: PREFILL -> ticket -> DECODE, two answered whole, two streamed
+    ev = fsm_events(c)
+    assert ev[("ROUTING", "HANDOFF", "PREFILL")] == 4
+    assert ev[("PREFILL", "TICKET", "DECODE")] == 4
+    assert ev[("BUFFERING", "COMPLETE", "DONE")] == 2
+    assert ev[("STREAMING", "COMPLETE", "DONE")] == 2
 
     # fallback disabled and no decode left: 503 with a clear body
     c.set_instances([ext_instance(1, "prefill", p)])

@@ -71,7 +71,8 @@ static void test_runtime_json(void **state)
         ctl_ids_add(&rt->original, &rt->n_original, i);
     ctl_ids_add(&rt->committed, &rt->n_committed, 1);
     ctl_ids_add(&rt->pending, &rt->n_pending, 3);
-    ctl_ft_set_phase(rt, FT_SCALING_DOWN, "test");
+    assert_int_equal(ctl_ft_event(rt, FT_EV_SCALE_DOWN, "test"), 0);
+    assert_int_equal(ctl_ft_event(rt, FT_EV_WITHDRAWN, "test"), 0);
     ctl_ft_set_strategy(rt, "DpScaleDownStrategy", "APPLY", NULL);
     assert_true(ctl_ft_in_transaction(rt));
     json_t *j = ctl_ft_rt_json(rt);
@@ -85,14 +86,18 @@ static void test_runtime_json(void **state)
     assert_true(json_is_true(json_object_get(json_object_get(j, "gate"), "allowed")));
     assert_string_equal(json_string_value(json_object_get(j, "strategy_phase")), "APPLY");
     json_t *h = json_object_get(j, "history");
-    assert_int_equal(json_array_size(h), 2);
+    assert_int_equal(json_array_size(h), 3);
     assert_string_equal(json_string_value(json_object_get(json_array_get(h, 0), "phase")),
+                        "DECIDING");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(h, 1), "phase")),
                         "SCALING_DOWN");
-    assert_string_equal(json_string_value(json_object_get(json_array_get(h, 1), "scope")),
+    assert_string_equal(json_string_value(json_object_get(json_array_get(h, 2), "scope")),
                         "DpScaleDownStrategy");
     json_decref(j);
     /* can_serve: SCALED_DOWN_RUNNING and published. */
-    ctl_ft_set_phase(rt, FT_SCALED_DOWN_RUNNING, NULL);
+    assert_int_equal(ctl_ft_event(rt, FT_EV_COMMITTED, NULL), 0);
+    assert_int_equal(ctl_ft_event(rt, FT_EV_CLEANED_UP, NULL), 0);
+    assert_int_equal(rt->phase, FT_SCALED_DOWN_RUNNING);
     assert_false(ctl_ft_can_serve(rt));
     rt->serving_published = true;
     assert_true(ctl_ft_can_serve(rt));
@@ -126,7 +131,7 @@ static void test_persist_restore(void **state)
     ctl_ids_add(&rt->original, &rt->n_original, 0);
     ctl_ids_add(&rt->original, &rt->n_original, 1);
     ctl_ids_add(&rt->committed, &rt->n_committed, 1);
-    ctl_ft_set_phase(rt, FT_SCALED_DOWN_RUNNING, NULL);
+    rt->phase = FT_SCALED_DOWN_RUNNING; /* as a restore would leave it */
     rt->reconfiguration_dispatched = true;
     json_t *j = ctl_ft_rt_store_json(rt);
     /* Only the persisted subset. */
