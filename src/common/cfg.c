@@ -1,5 +1,6 @@
 #include "common/cfg.h"
 
+#include "common/jval.h"
 #include "common/strbuf.h"
 #include "common/util.h"
 
@@ -243,7 +244,7 @@ static void type_error(struct cfg_errors *e, const char *path, const char *rule,
     free(shown);
 }
 
-/* ---- getters ------------------------------------------------------------------------ */
+/* ---- getters: the configuration's wording of jval's verdicts (common/jval.h) ---------- */
 
 int64_t cfg_get_int(json_t *obj, const char *path, int64_t def, int64_t min, int64_t max,
                     struct cfg_errors *e)
@@ -251,25 +252,11 @@ int64_t cfg_get_int(json_t *obj, const char *path, int64_t def, int64_t min, int
     json_t *v = lookup_checked(obj, path, e);
     if (!v)
         return def;
-    char rule[128];
-    snprintf(rule, sizeof(rule), "must be an integer in [%" PRId64 ", %" PRId64 "]", min, max);
     int64_t x;
-    if (json_is_integer(v)) {
-        x = (int64_t)json_integer_value(v);
-    } else if (json_is_real(v)) {
-        double d = json_real_value(v);
-        /* 2^63 is exactly representable; anything at or above it does not fit. */
-        if (!isfinite(d) || floor(d) != d || d < -9223372036854775808.0 ||
-            d >= 9223372036854775808.0) {
-            type_error(e, path, rule, v);
-            return def;
-        }
-        x = (int64_t)d;
-    } else {
-        type_error(e, path, rule, v);
-        return def;
-    }
-    if (x < min || x > max) {
+    if (jval_int(v, min, max, 0, &x) != JVAL_OK) {
+        char rule[128];
+        snprintf(rule, sizeof(rule), "must be an integer in [%" PRId64 ", %" PRId64 "]", min,
+                 max);
         type_error(e, path, rule, v);
         return def;
     }
@@ -282,16 +269,12 @@ double cfg_get_double(json_t *obj, const char *path, double def, double min, dou
     json_t *v = lookup_checked(obj, path, e);
     if (!v)
         return def;
-    char lo[40], hi[40], rule[128];
-    fmt_double(min, lo, sizeof(lo));
-    fmt_double(max, hi, sizeof(hi));
-    snprintf(rule, sizeof(rule), "must be a number in [%s, %s]", lo, hi);
-    if (!json_is_number(v)) {
-        type_error(e, path, rule, v);
-        return def;
-    }
-    double d = json_number_value(v);
-    if (!isfinite(d) || d < min || d > max) {
+    double d;
+    if (jval_double(v, min, max, &d) != JVAL_OK) {
+        char lo[40], hi[40], rule[128];
+        fmt_double(min, lo, sizeof(lo));
+        fmt_double(max, hi, sizeof(hi));
+        snprintf(rule, sizeof(rule), "must be a number in [%s, %s]", lo, hi);
         type_error(e, path, rule, v);
         return def;
     }
@@ -301,30 +284,24 @@ double cfg_get_double(json_t *obj, const char *path, double def, double min, dou
 bool cfg_get_bool(json_t *obj, const char *path, bool def, struct cfg_errors *e)
 {
     json_t *v = lookup_checked(obj, path, e);
+    bool b;
     if (!v)
         return def;
-    if (!json_is_boolean(v)) {
+    if (jval_bool(v, &b) != JVAL_OK) {
         type_error(e, path, "must be true or false", v);
         return def;
     }
-    return json_is_true(v);
+    return b;
 }
 
-/* A string value or NULL (after recording an error). */
-static const char *string_value(json_t *v, const char *path, const char *rule,
-                                struct cfg_errors *e)
+/* The error of a failed string read (JVAL_TYPE or JVAL_NUL). */
+static void string_error(struct cfg_errors *e, const char *path, enum jval_rc rc,
+                         const char *rule, const json_t *v)
 {
-    if (!json_is_string(v)) {
-        type_error(e, path, rule, v);
-        return NULL;
-    }
-    const char *s = json_string_value(v);
-    /* An embedded NUL would silently shorten a path or command handed to C APIs. */
-    if (strlen(s) != json_string_length(v)) {
+    if (rc == JVAL_NUL)
         cfg_error(e, path, "must not contain NUL characters");
-        return NULL;
-    }
-    return s;
+    else
+        type_error(e, path, rule, v);
 }
 
 const char *cfg_get_string(json_t *obj, const char *path, const char *def, struct cfg_errors *e)
@@ -332,45 +309,53 @@ const char *cfg_get_string(json_t *obj, const char *path, const char *def, struc
     json_t *v = lookup_checked(obj, path, e);
     if (!v)
         return def;
-    const char *s = string_value(v, path, "must be a string", e);
-    return s ? s : def;
+    const char *s;
+    enum jval_rc rc = jval_string(v, SIZE_MAX, &s, NULL);
+    if (rc != JVAL_OK) {
+        string_error(e, path, rc, "must be a string", v);
+        return def;
+    }
+    return s;
+}
+
+/* "must be one of \"a\", \"b\"" into sb. */
+static void enum_rule(struct strbuf *sb, const char *const *allowed)
+{
+    (void)strbuf_puts(sb, "must be one of ");
+    for (size_t i = 0; allowed && allowed[i]; i++) {
+        if (i)
+            (void)strbuf_puts(sb, ", ");
+        (void)strbuf_put_json_string(sb, allowed[i]);
+    }
+    if (sb->overflow) {
+        strbuf_reset(sb);
+        (void)strbuf_puts(sb, "must be one of the allowed values");
+    }
+}
+
+int cfg_get_enum_index(json_t *obj, const char *path, int def, const char *const *allowed,
+                       struct cfg_errors *e)
+{
+    json_t *v = lookup_checked(obj, path, e);
+    if (!v)
+        return def;
+    int i;
+    enum jval_rc rc = jval_enum(v, allowed, &i);
+    if (rc == JVAL_OK)
+        return i;
+    struct strbuf rule;
+    strbuf_init(&rule, 4096);
+    enum_rule(&rule, allowed);
+    string_error(e, path, rc, strbuf_str(&rule), v);
+    strbuf_release(&rule);
+    return def;
 }
 
 const char *cfg_get_enum(json_t *obj, const char *path, const char *def,
                          const char *const *allowed, struct cfg_errors *e)
 {
-    json_t *v = lookup_checked(obj, path, e);
-    if (!v)
-        return def;
-    struct strbuf rule;
-    strbuf_init(&rule, 4096);
-    (void)strbuf_puts(&rule, "must be one of ");
-    for (size_t i = 0; allowed && allowed[i]; i++) {
-        if (i)
-            (void)strbuf_puts(&rule, ", ");
-        (void)strbuf_put_json_string(&rule, allowed[i]);
-    }
-    if (rule.overflow) {
-        strbuf_reset(&rule);
-        (void)strbuf_puts(&rule, "must be one of the allowed values");
-    }
-    const char *s = string_value(v, path, strbuf_str(&rule), e);
-    const char *result = def;
-    if (s) {
-        bool found = false;
-        for (size_t i = 0; allowed && allowed[i]; i++) {
-            if (strcmp(s, allowed[i]) == 0) {
-                found = true;
-                break;
-            }
-        }
-        if (found)
-            result = s;
-        else
-            type_error(e, path, strbuf_str(&rule), v);
-    }
-    strbuf_release(&rule);
-    return result;
+    int i = cfg_get_enum_index(obj, path, -1, allowed, e);
+    return i >= 0 ? allowed[i] : def;
 }
 
 json_t *cfg_get_object(json_t *obj, const char *path, struct cfg_errors *e)

@@ -11,7 +11,9 @@
  *   if (cfg_errors_count(&errs)) { fprintf(stderr, "%s\n", cfg_errors_text(&errs)); exit(1); }
  *
  * Types are strict: booleans are not numbers, numbers are not booleans; an integer
- * getter accepts a JSON real only when it has no fraction (2.0). A path through a
+ * getter accepts a JSON real only when it has no fraction (2.0). The checks themselves
+ * are common/jval.h's, shared with the wire parsers; this module words them (the
+ * offending value shown) and collects them. A path through a
  * non-object ("a.b" where a is 5) is reported once at the offending prefix ("a: must be
  * an object, got 5"). Keys containing '.' cannot be addressed by a path. Strings with
  * an embedded NUL are rejected. Control characters in recorded lines are shown as \xNN
@@ -60,9 +62,13 @@ double cfg_get_double(json_t *obj, const char *path, double def, double min, dou
 bool cfg_get_bool(json_t *obj, const char *path, bool def, struct cfg_errors *e);
 /* Borrowed string (owned by obj) or def. */
 const char *cfg_get_string(json_t *obj, const char *path, const char *def, struct cfg_errors *e);
-/* One of allowed (NULL-terminated list; compared case-sensitively) or def. */
+/* One of allowed (NULL-terminated list; compared case-sensitively; the result is the
+ * allowed[] entry) or def. */
 const char *cfg_get_enum(json_t *obj, const char *path, const char *def,
                          const char *const *allowed, struct cfg_errors *e);
+/* The same as an index into allowed, def when missing or invalid. */
+int cfg_get_enum_index(json_t *obj, const char *path, int def, const char *const *allowed,
+                       struct cfg_errors *e);
 /* An object (borrowed) or NULL when missing; wrong type => error and NULL. */
 json_t *cfg_get_object(json_t *obj, const char *path, struct cfg_errors *e);
 json_t *cfg_get_array(json_t *obj, const char *path, struct cfg_errors *e);
