@@ -115,7 +115,7 @@ const char *cfg_errors_text(const struct cfg_errors *e)
 
 /* Shortest "%.*g" that reads back as the same double, so bounds and values print as
  * the operator wrote them (0.001, not 0.0010000000000000000208). */
-static void fmt_double(double v, char *buf, size_t cap)
+void cfg_fmt_double(double v, char *buf, size_t cap)
 {
     if (isnan(v)) {
         snprintf(buf, cap, "nan");
@@ -155,7 +155,7 @@ static char *render_value(const json_t *v)
         snprintf(num, sizeof(num), "%" JSON_INTEGER_FORMAT, json_integer_value(v));
         return xstrdup(num);
     case JSON_REAL:
-        fmt_double(json_real_value(v), num, sizeof(num));
+        cfg_fmt_double(json_real_value(v), num, sizeof(num));
         return xstrdup(num);
     case JSON_STRING: {
         const char *s = json_string_value(v);
@@ -221,8 +221,7 @@ json_t *cfg_lookup(json_t *obj, const char *path)
     return walk(obj, path, NULL, NULL);
 }
 
-/* Lookup for getters: a non-object on the way is reported once, at its own path. */
-static json_t *lookup_checked(json_t *obj, const char *path, struct cfg_errors *e)
+json_t *cfg_get_value(json_t *obj, const char *path, struct cfg_errors *e)
 {
     json_t *bad = NULL;
     size_t bad_len = 0;
@@ -244,57 +243,41 @@ static void type_error(struct cfg_errors *e, const char *path, const char *rule,
     free(shown);
 }
 
-/* ---- getters: the configuration's wording of jval's verdicts (common/jval.h) ---------- */
+/* ---- readers: the configuration's wording of jval's verdicts (common/jval.h) ---------- */
 
-int64_t cfg_get_int(json_t *obj, const char *path, int64_t def, int64_t min, int64_t max,
-                    struct cfg_errors *e)
+bool cfg_read_int(json_t *v, const char *path, int64_t min, int64_t max, int64_t *out,
+                  struct cfg_errors *e)
 {
-    json_t *v = lookup_checked(obj, path, e);
-    if (!v)
-        return def;
-    int64_t x;
-    if (jval_int(v, min, max, 0, &x) != JVAL_OK) {
-        char rule[128];
-        snprintf(rule, sizeof(rule), "must be an integer in [%" PRId64 ", %" PRId64 "]", min,
-                 max);
-        type_error(e, path, rule, v);
-        return def;
-    }
-    return x;
+    if (jval_int(v, min, max, 0, out) == JVAL_OK)
+        return true;
+    char rule[128];
+    snprintf(rule, sizeof(rule), "must be an integer in [%" PRId64 ", %" PRId64 "]", min, max);
+    type_error(e, path, rule, v);
+    return false;
 }
 
-double cfg_get_double(json_t *obj, const char *path, double def, double min, double max,
-                      struct cfg_errors *e)
+bool cfg_read_double(json_t *v, const char *path, double min, double max, double *out,
+                     struct cfg_errors *e)
 {
-    json_t *v = lookup_checked(obj, path, e);
-    if (!v)
-        return def;
-    double d;
-    if (jval_double(v, min, max, &d) != JVAL_OK) {
-        char lo[40], hi[40], rule[128];
-        fmt_double(min, lo, sizeof(lo));
-        fmt_double(max, hi, sizeof(hi));
-        snprintf(rule, sizeof(rule), "must be a number in [%s, %s]", lo, hi);
-        type_error(e, path, rule, v);
-        return def;
-    }
-    return d;
+    if (jval_double(v, min, max, out) == JVAL_OK)
+        return true;
+    char lo[40], hi[40], rule[128];
+    cfg_fmt_double(min, lo, sizeof(lo));
+    cfg_fmt_double(max, hi, sizeof(hi));
+    snprintf(rule, sizeof(rule), "must be a number in [%s, %s]", lo, hi);
+    type_error(e, path, rule, v);
+    return false;
 }
 
-bool cfg_get_bool(json_t *obj, const char *path, bool def, struct cfg_errors *e)
+bool cfg_read_bool(json_t *v, const char *path, bool *out, struct cfg_errors *e)
 {
-    json_t *v = lookup_checked(obj, path, e);
-    bool b;
-    if (!v)
-        return def;
-    if (jval_bool(v, &b) != JVAL_OK) {
-        type_error(e, path, "must be true or false", v);
-        return def;
-    }
-    return b;
+    if (jval_bool(v, out) == JVAL_OK)
+        return true;
+    type_error(e, path, "must be true or false", v);
+    return false;
 }
 
-/* The error of a failed string read (JVAL_TYPE or JVAL_NUL). */
+/* The error of a failed string read (JVAL_TYPE, JVAL_NUL or JVAL_NOMATCH). */
 static void string_error(struct cfg_errors *e, const char *path, enum jval_rc rc,
                          const char *rule, const json_t *v)
 {
@@ -304,51 +287,76 @@ static void string_error(struct cfg_errors *e, const char *path, enum jval_rc rc
         type_error(e, path, rule, v);
 }
 
-const char *cfg_get_string(json_t *obj, const char *path, const char *def, struct cfg_errors *e)
+bool cfg_read_string(json_t *v, const char *path, const char **out, struct cfg_errors *e)
 {
-    json_t *v = lookup_checked(obj, path, e);
-    if (!v)
-        return def;
-    const char *s;
-    enum jval_rc rc = jval_string(v, SIZE_MAX, &s, NULL);
-    if (rc != JVAL_OK) {
-        string_error(e, path, rc, "must be a string", v);
-        return def;
-    }
-    return s;
+    enum jval_rc rc = jval_string(v, SIZE_MAX, out, NULL);
+    if (rc == JVAL_OK)
+        return true;
+    string_error(e, path, rc, "must be a string", v);
+    return false;
 }
 
-/* "must be one of \"a\", \"b\"" into sb. */
-static void enum_rule(struct strbuf *sb, const char *const *allowed)
+bool cfg_read_enum(json_t *v, const char *path, const char *const *allowed, int *index,
+                   struct cfg_errors *e)
 {
-    (void)strbuf_puts(sb, "must be one of ");
+    enum jval_rc rc = jval_enum(v, allowed, index);
+    if (rc == JVAL_OK)
+        return true;
+    struct strbuf rule;
+    strbuf_init(&rule, 4096);
+    (void)strbuf_puts(&rule, "must be one of ");
     for (size_t i = 0; allowed && allowed[i]; i++) {
         if (i)
-            (void)strbuf_puts(sb, ", ");
-        (void)strbuf_put_json_string(sb, allowed[i]);
+            (void)strbuf_puts(&rule, ", ");
+        (void)strbuf_put_json_string(&rule, allowed[i]);
     }
-    if (sb->overflow) {
-        strbuf_reset(sb);
-        (void)strbuf_puts(sb, "must be one of the allowed values");
+    if (rule.overflow) {
+        strbuf_reset(&rule);
+        (void)strbuf_puts(&rule, "must be one of the allowed values");
     }
+    string_error(e, path, rc, strbuf_str(&rule), v);
+    strbuf_release(&rule);
+    return false;
+}
+
+/* ---- getters: lookup, then a reader ------------------------------------------------- */
+
+int64_t cfg_get_int(json_t *obj, const char *path, int64_t def, int64_t min, int64_t max,
+                    struct cfg_errors *e)
+{
+    json_t *v = cfg_get_value(obj, path, e);
+    int64_t x;
+    return v && cfg_read_int(v, path, min, max, &x, e) ? x : def;
+}
+
+double cfg_get_double(json_t *obj, const char *path, double def, double min, double max,
+                      struct cfg_errors *e)
+{
+    json_t *v = cfg_get_value(obj, path, e);
+    double d;
+    return v && cfg_read_double(v, path, min, max, &d, e) ? d : def;
+}
+
+bool cfg_get_bool(json_t *obj, const char *path, bool def, struct cfg_errors *e)
+{
+    json_t *v = cfg_get_value(obj, path, e);
+    bool b;
+    return v && cfg_read_bool(v, path, &b, e) ? b : def;
+}
+
+const char *cfg_get_string(json_t *obj, const char *path, const char *def, struct cfg_errors *e)
+{
+    json_t *v = cfg_get_value(obj, path, e);
+    const char *s;
+    return v && cfg_read_string(v, path, &s, e) ? s : def;
 }
 
 int cfg_get_enum_index(json_t *obj, const char *path, int def, const char *const *allowed,
                        struct cfg_errors *e)
 {
-    json_t *v = lookup_checked(obj, path, e);
-    if (!v)
-        return def;
+    json_t *v = cfg_get_value(obj, path, e);
     int i;
-    enum jval_rc rc = jval_enum(v, allowed, &i);
-    if (rc == JVAL_OK)
-        return i;
-    struct strbuf rule;
-    strbuf_init(&rule, 4096);
-    enum_rule(&rule, allowed);
-    string_error(e, path, rc, strbuf_str(&rule), v);
-    strbuf_release(&rule);
-    return def;
+    return v && cfg_read_enum(v, path, allowed, &i, e) ? i : def;
 }
 
 const char *cfg_get_enum(json_t *obj, const char *path, const char *def,
@@ -360,7 +368,7 @@ const char *cfg_get_enum(json_t *obj, const char *path, const char *def,
 
 json_t *cfg_get_object(json_t *obj, const char *path, struct cfg_errors *e)
 {
-    json_t *v = lookup_checked(obj, path, e);
+    json_t *v = cfg_get_value(obj, path, e);
     if (!v)
         return NULL;
     if (!json_is_object(v)) {
@@ -372,7 +380,7 @@ json_t *cfg_get_object(json_t *obj, const char *path, struct cfg_errors *e)
 
 json_t *cfg_get_array(json_t *obj, const char *path, struct cfg_errors *e)
 {
-    json_t *v = lookup_checked(obj, path, e);
+    json_t *v = cfg_get_value(obj, path, e);
     if (!v)
         return NULL;
     if (!json_is_array(v)) {
