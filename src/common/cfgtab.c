@@ -425,10 +425,16 @@ static void dump_rows(const struct cfgtab *t, const char *base, const char *pref
                 dump_rows(r->sub, base + r->off, "", out);
                 continue;
             }
-            json_t *o = json_object_get(out, path);
-            if (!o)
-                put_path(out, path, o = json_object());
+            /* Into the object at path (two groups may share it); none when empty. */
+            json_t *o = cfg_lookup(out, path);
+            bool fresh = !o;
+            if (fresh)
+                o = json_object();
             dump_rows(r->sub, base + r->off, "", o);
+            if (fresh && json_object_size(o) == 0)
+                json_decref(o);
+            else if (fresh)
+                put_path(out, path, o);
             continue;
         }
         json_t *v = dump_value(r, base);
