@@ -366,28 +366,32 @@ const char *cfg_get_enum(json_t *obj, const char *path, const char *def,
     return i >= 0 ? allowed[i] : def;
 }
 
+bool cfg_read_object(json_t *v, const char *path, struct cfg_errors *e)
+{
+    if (json_is_object(v))
+        return true;
+    type_error(e, path, "must be an object", v);
+    return false;
+}
+
+bool cfg_read_array(json_t *v, const char *path, struct cfg_errors *e)
+{
+    if (jval_array(v, SIZE_MAX) == JVAL_OK)
+        return true;
+    type_error(e, path, "must be an array", v);
+    return false;
+}
+
 json_t *cfg_get_object(json_t *obj, const char *path, struct cfg_errors *e)
 {
     json_t *v = cfg_get_value(obj, path, e);
-    if (!v)
-        return NULL;
-    if (!json_is_object(v)) {
-        type_error(e, path, "must be an object", v);
-        return NULL;
-    }
-    return v;
+    return v && cfg_read_object(v, path, e) ? v : NULL;
 }
 
 json_t *cfg_get_array(json_t *obj, const char *path, struct cfg_errors *e)
 {
     json_t *v = cfg_get_value(obj, path, e);
-    if (!v)
-        return NULL;
-    if (!json_is_array(v)) {
-        type_error(e, path, "must be an array", v);
-        return NULL;
-    }
-    return v;
+    return v && cfg_read_array(v, path, e) ? v : NULL;
 }
 
 /* ---- loading ------------------------------------------------------------------------ */

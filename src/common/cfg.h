@@ -69,6 +69,8 @@ bool cfg_read_bool(json_t *v, const char *path, bool *out, struct cfg_errors *e)
 bool cfg_read_string(json_t *v, const char *path, const char **out, struct cfg_errors *e);
 bool cfg_read_enum(json_t *v, const char *path, const char *const *allowed, int *index,
                    struct cfg_errors *e);
+bool cfg_read_object(json_t *v, const char *path, struct cfg_errors *e);
+bool cfg_read_array(json_t *v, const char *path, struct cfg_errors *e);
 
 int64_t cfg_get_int(json_t *obj, const char *path, int64_t def, int64_t min, int64_t max,
                     struct cfg_errors *e);

@@ -197,18 +197,24 @@ static void take_string(const struct cfgtab_row *r, void *base, const char *s, c
         set_string(base, r, s);
 }
 
-static void read_list(const struct cfgtab_row *r, void *base, json_t *blk, json_t *v,
-                      const char *path, struct cfg_errors *e)
+static void read_list(const struct cfgtab_row *r, void *base, json_t *v, const char *path,
+                      struct cfg_errors *e)
 {
+    char buf[256];
+    const char *msg = NULL;
     if ((r->flags & CFGTAB_ONE_OR_LIST) && json_is_string(v)) {
         const char *s;
-        if (cfg_read_string(v, path, &s, e))
+        if (!cfg_read_string(v, path, &s, e))
+            return;
+        if (r->check && (msg = r->check(&s, buf, sizeof(buf))) != NULL)
+            cfg_error(e, path, "%s", msg);
+        else if (!(r->flags & CFGTAB_ACCEPTED))
             list_set(base, r, &s, 1);
         return;
     }
-    json_t *arr = cfg_get_array(blk, path, e);
-    if (!arr)
+    if (!cfg_read_array(v, path, e))
         return;
+    json_t *arr = v;
     size_t n = json_array_size(arr);
     if ((r->flags & CFGTAB_NONEMPTY) && n == 0) {
         cfg_error(e, path, "must not be empty");
@@ -219,8 +225,6 @@ static void read_list(const struct cfgtab_row *r, void *base, json_t *blk, json_
     for (size_t i = 0; i < n; i++) {
         char p[CFGTAB_PATH_MAX + 24];
         snprintf(p, sizeof(p), "%s[%zu]", path, i);
-        char buf[256];
-        const char *msg = NULL;
         if (!cfg_read_string(json_array_get(arr, i), p, &items[i], e)) {
             ok = false;
         } else if (r->check && (msg = r->check(&items[i], buf, sizeof(buf))) != NULL) {
@@ -233,8 +237,8 @@ static void read_list(const struct cfgtab_row *r, void *base, json_t *blk, json_
     free(items);
 }
 
-static void read_value(const struct cfgtab_row *r, void *base, json_t *blk, json_t *v,
-                       const char *path, struct cfgtab_ctx *ctx)
+static void read_value(const struct cfgtab_row *r, void *base, json_t *v, const char *path,
+                       struct cfgtab_ctx *ctx)
 {
     struct cfg_errors *e = ctx->errs;
     /* ACCEPTED rows are validated into a scratch field. */
@@ -283,7 +287,7 @@ static void read_value(const struct cfgtab_row *r, void *base, json_t *blk, json
             take_string(r, base, r->names ? r->names[idx] : s, path, e);
         break;
     case CFGTAB_STRLIST:
-        read_list(r, base, blk, v, path, e);
+        read_list(r, base, v, path, e);
         break;
     case CFGTAB_GROUP:
     case CFGTAB_CUSTOM:
@@ -327,7 +331,7 @@ static void apply_rows(const struct cfgtab *t, bool any_src, unsigned src, char 
         if (r->ops && r->ops->parse)
             r->ops->parse(r, base, v, path, ctx);
         else
-            read_value(r, base, blk, v, path, ctx);
+            read_value(r, base, v, path, ctx);
     }
 }
 

@@ -2,6 +2,11 @@
  * the derived values (spec §3) and Motor's additions. Pure: no sockets, no processes,
  * no globals; the environment comes in through a lookup function.
  *
+ * Every key is a row of the table in nm_config.c (common/cfgtab.h): type, range,
+ * default, live-or-restart and doc there; defaults, parsing, the effective dump, the
+ * reload diff and the key table of docs/node-manager.md come from it. The lists below
+ * are the overview.
+ *
  * Loading (nm_config_load):
  *  1. File: opts.config_path (--config), else $USER_CONFIG_PATH, else $CONFIG_PATH.
  *  2. Role: opts.role, else $ROLE; one of encode/prefill/decode/union ("both" = union).
@@ -226,6 +231,7 @@ struct nm_config {
     int controller_port;
     bool controller_enable_fault_tolerance;
     bool controller_enable_dp_scale_down;
+    bool controller_enable_engine_relaunch; /* our default of ft.enable_engine_relaunch */
 
     /* endpoint_config */
     int base_port; /* includes the single-container offset */
@@ -292,6 +298,8 @@ struct nm_config {
     char *ranktable_path; /* $RANKTABLE_PATH; NULL = do not write */
     char *hccl_path;      /* $HCCL_PATH; NULL = no ranktable at registration */
 
+    /* private: basic_config.parallel_config as given (used without an engine section) */
+    json_t *user_parallel;
     /* private: what a reload needs, and the captured environment */
     char *opt_role;
     char **env_kv; /* "NAME=value" for the names listed in nm_config.c */
@@ -312,9 +320,15 @@ void nm_config_free(struct nm_config *c);
  * NULL with the errors in errs (the daemon keeps the old one and logs why). */
 struct nm_config *nm_config_reload(const struct nm_config *live, struct cfg_errors *errs);
 /* Which top-level sections of the effective config (nm_config_to_json) differ:
- * NULL when none, else a heap string "api_config,basic_config". Lets the daemon log
- * what needs a restart (API bind address/port, ports, ...). */
+ * NULL when none, else a heap string "api_config,basic_config". */
 char *nm_config_diff(const struct nm_config *a, const struct nm_config *b);
+/* The changed keys a hot reload cannot apply (the table's rows without CFGTAB_LIVE: bind
+ * address and port, API TLS, the management key, standalone, KV mode, the endpoint
+ * layout, ...): NULL when none, else a heap string "api_config.pod_ip,standalone". */
+char *nm_config_restart_keys(const struct nm_config *a, const struct nm_config *b);
+/* The table of the keys (docs, tests: common/cfgtab.h). */
+struct cfgtab;
+const struct cfgtab *nm_config_table(void);
 
 /* The effective, derived configuration as JSON (what --check-config prints). Secrets
  * are redacted ("management_api_key": "<redacted>"). New reference. */
