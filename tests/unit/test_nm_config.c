@@ -1094,6 +1094,11 @@ static void test_reload(void **state)
     char *d = nm_config_diff(live, next);
     assert_string_equal(d, "api_config,basic_config");
     free(d);
+    /* of the two, only the port needs a restart (the table's live/restart class) */
+    d = nm_config_restart_keys(live, next);
+    assert_string_equal(d, "api_config.node_manager_port");
+    free(d);
+    assert_null(nm_config_restart_keys(live, live));
     nm_config_free(next);
 
     /* an invalid file: NULL with the reasons, live untouched */
