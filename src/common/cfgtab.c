@@ -624,12 +624,13 @@ static void put_type(struct strbuf *sb, const struct cfgtab_row *r)
     case CFGTAB_SIZE:
     case CFGTAB_DOUBLE:
     case CFGTAB_MS:
-        (void)strbuf_puts(sb, r->type == CFGTAB_MS       ? "seconds "
-                              : r->type == CFGTAB_DOUBLE ? "number "
-                                                         : "integer ");
+        (void)strbuf_puts(sb, r->type == CFGTAB_MS       ? "seconds ["
+                              : r->type == CFGTAB_DOUBLE ? "number ["
+                                                         : "integer [");
         put_num(sb, r->min);
-        (void)strbuf_puts(sb, "–");
+        (void)strbuf_puts(sb, ", ");
         put_num(sb, r->max);
+        (void)strbuf_puts(sb, "]");
         return;
     case CFGTAB_ENUM:
         put_names(sb, r->names);
@@ -651,13 +652,17 @@ static void put_type(struct strbuf *sb, const struct cfgtab_row *r)
     }
 }
 
-static void put_default(struct strbuf *sb, const struct cfgtab_row *r)
+static void put_default(struct strbuf *sb, const struct cfgtab_row *r, bool override)
 {
+    if (override)
+        return;
     if (r->def_doc) {
         (void)strbuf_puts(sb, r->def_doc);
         return;
     }
-    if (r->flags & CFGTAB_ACCEPTED || r->ops || r->missing) {
+    /* An override's default is its primary row's; a custom parser's is its own. */
+    if (r->flags & (CFGTAB_ACCEPTED | CFGTAB_OVERRIDE) || (r->ops && r->ops->parse) ||
+        r->missing) {
         (void)strbuf_puts(sb, r->missing ? "required" : "");
         return;
     }
@@ -700,8 +705,11 @@ static void put_default(struct strbuf *sb, const struct cfgtab_row *r)
     }
 }
 
+/* One line per key; a group's rows at the group's path and reload class (an override
+ * group's without defaults: they are the primary rows'), the group's doc in front of its
+ * first row's. */
 static void markdown_rows(const struct cfgtab *t, const char *prefix, unsigned live,
-                          bool top, struct strbuf *sb)
+                          bool override, const char *group_doc, bool top, struct strbuf *sb)
 {
     for (size_t i = 0; i < t->n; i++) {
         const struct cfgtab_row *r = &t->rows[i];
@@ -713,7 +721,8 @@ static void markdown_rows(const struct cfgtab *t, const char *prefix, unsigned l
         join(key, pre, r->path);
         unsigned l = top ? (r->flags & CFGTAB_LIVE) : live;
         if (r->type == CFGTAB_GROUP) {
-            markdown_rows(r->sub, key, l, false, sb);
+            markdown_rows(r->sub, key, l, override || (r->flags & CFGTAB_OVERRIDE), r->doc, false,
+                          sb);
             continue;
         }
         (void)strbuf_appendf(sb, "| `%s`", key);
@@ -722,16 +731,25 @@ static void markdown_rows(const struct cfgtab *t, const char *prefix, unsigned l
         (void)strbuf_puts(sb, " | ");
         put_type(sb, r);
         (void)strbuf_puts(sb, " | ");
-        put_default(sb, r);
-        (void)strbuf_appendf(sb, " | %s | ", l ? "live" : "restart");
-        if (r->flags & CFGTAB_MOTOR)
-            (void)strbuf_puts(sb, "(motor) ");
-        if (r->flags & CFGTAB_ACCEPTED)
-            (void)strbuf_puts(sb, r->doc ? "accepted, unused: " : "accepted, unused");
-        (void)strbuf_puts(sb, r->doc ? r->doc : "");
-        if (r->flags & CFGTAB_SECRET)
-            (void)strbuf_puts(sb, " (secret: never shown)");
+        put_default(sb, r, override);
+        (void)strbuf_appendf(sb, " | %s |", l ? "live" : "restart");
+        const char *parts[] = {
+            (r->flags & CFGTAB_MOTOR) ? "(motor)" : NULL,
+            group_doc,
+            (r->flags & CFGTAB_ACCEPTED) ? "accepted, unused" : NULL,
+            r->doc,
+            (r->flags & CFGTAB_SECRET) ? "(secret)" : NULL,
+        };
+        const char *sep = " ";
+        for (size_t k = 0; k < ARRAY_LEN(parts); k++) {
+            if (!parts[k])
+                continue;
+            (void)strbuf_appendf(sb, "%s%s", sep, parts[k]);
+            /* "(motor) text", "group: text", "accepted, unused: text", "text (secret)" */
+            sep = k == 1 || k == 2 ? ": " : " ";
+        }
         (void)strbuf_puts(sb, " |\n");
+        group_doc = NULL;
     }
 }
 
@@ -739,7 +757,7 @@ void cfgtab_markdown(const struct cfgtab *t, struct strbuf *sb)
 {
     (void)strbuf_puts(sb, "| key | type | default | reload | meaning |\n"
                           "| --- | --- | --- | --- | --- |\n");
-    markdown_rows(t, "", 0, true, sb);
+    markdown_rows(t, "", 0, false, NULL, true, sb);
 }
 
 /* ---- shared ops ----------------------------------------------------------------------- */

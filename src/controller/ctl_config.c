@@ -71,9 +71,7 @@ static const char *http_url(const char **s, char *buf, size_t cap)
 #define TOFF(f) offsetof(struct ctlcfg_tls, f)
 
 static const struct cfgtab_row tls_rows[] = {
-    {"enable_tls", CFGTAB_BOOL, TOFF(enable),
-     .doc = "HTTPS on the API (a `ca_file` makes it mutual TLS) and client TLS towards node "
-            "managers, the coordinator and `https://` etcd endpoints"},
+    {"enable_tls", CFGTAB_BOOL, TOFF(enable), .doc = "turns it on"},
     {"ca_file", CFGTAB_STRING, TOFF(ca_file), .doc = "must be readable when set"},
     {"cert_file", CFGTAB_STRING, TOFF(cert_file), .doc = "required and readable with TLS"},
     {"key_file", CFGTAB_STRING, TOFF(key_file), .doc = "required and readable with TLS"},
@@ -226,7 +224,7 @@ static const struct cfgtab_row coord_api_rows[] = {
     {"coordinator_api_dns", CFGTAB_STRING, OFF(coordinator_host), .flags = CFGTAB_NONEMPTY,
      .env = "COORDINATOR_SERVICE", .def_s = "127.0.0.1", .doc = "where pushes go"},
     {"coordinator_api_mgmt_port", CFGTAB_INT, OFF(coordinator_port), .min = 1, .max = 65535,
-     .def_i = 1026},
+     .def_i = 1026, .doc = "the coordinator's management port"},
 };
 
 static const struct cfgtab_row coord_key_rows[] = {
@@ -244,7 +242,9 @@ static const struct cfgtab_row rows[] = {
      .doc = "serve `/observability/{alarms,inventory,metrics}` on the observability port"},
     {"observability_config.metrics_ttl", CFGTAB_DOUBLE, 0, .flags = CFGTAB_ACCEPTED, .min = 0,
      .max = 86400},
-    {"mgmt_tls_config", CFGTAB_GROUP, OFF(tls), .flags = CFGTAB_OBJECT, .sub = &tls_table},
+    {"mgmt_tls_config", CFGTAB_GROUP, OFF(tls), .flags = CFGTAB_OBJECT, .sub = &tls_table,
+     .doc = "HTTPS on the API (a `ca_file` makes it mutual TLS) and client TLS towards node "
+            "managers, the coordinator and `https://` etcd endpoints"},
     {"instance_config", CFGTAB_GROUP, 0, .flags = L | CFGTAB_OBJECT, .sub = SUB(instance_rows)},
     {"event_config", CFGTAB_GROUP, 0, .flags = L | CFGTAB_OBJECT, .sub = SUB(event_rows)},
     {"fault_tolerance_config", CFGTAB_GROUP, 0, .flags = L | CFGTAB_OBJECT, .sub = SUB(ft_rows)},
@@ -253,7 +253,8 @@ static const struct cfgtab_row rows[] = {
     {"store_config", CFGTAB_GROUP, 0, .flags = CFGTAB_OBJECT, .sub = SUB(store_rows)},
     /* The deploy block's TLS overrides the controller block's (same keys, not dumped). */
     {"tls_config.mgmt_tls_config", CFGTAB_GROUP, OFF(tls), .src = SRC_DEPLOY,
-     .flags = CFGTAB_OBJECT | CFGTAB_OVERRIDE, .sub = &tls_table},
+     .flags = CFGTAB_OBJECT | CFGTAB_OVERRIDE, .sub = &tls_table,
+     .doc = "overrides `mgmt_tls_config`"},
     {"api_config", CFGTAB_GROUP, 0, .src = SRC_COORD, .flags = L | CFGTAB_OBJECT,
      .sub = SUB(coord_api_rows), .dump = "motor_coordinator_config.api_config"},
     {"mgmt_api_key_config", CFGTAB_GROUP, 0, .src = SRC_COORD, .flags = L | CFGTAB_OBJECT,
