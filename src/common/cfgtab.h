@@ -100,7 +100,7 @@ struct cfgtab_row {
     const char *const *names; /* ENUM; STRING: the allowed values. NULL-terminated */
     int64_t scale;         /* INT64: field = value * scale (0 = 1) */
     const char *alias;     /* historic spelling read when path is absent */
-    const char *missing;   /* required: the message when absent ("is required") */
+    const char *missing;   /* required in every block applied: the message when absent */
     /* STRING and STRLIST elements: a rule beyond the type. NULL accepts (it may point *s
      * at a replacement, e.g. a canonical spelling), cfgtab_skip keeps the old value
      * silently, anything else is the message recorded at the key. buf: cap bytes for a
