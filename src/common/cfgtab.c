@@ -175,6 +175,12 @@ void cfgtab_defaults(const struct cfgtab *t, void *base, struct cfgtab_ctx *ctx)
     defaults_rows(t, base, ctx);
 }
 
+void cfgtab_init(const struct cfgtab *t, void *base, size_t size, struct cfgtab_ctx *ctx)
+{
+    memset(base, 0, size);
+    defaults_rows(t, base, ctx);
+}
+
 /* ---- parsing -------------------------------------------------------------------------- */
 
 /* A string that passed its type: the row's rules, then stored (unless ACCEPTED). */
@@ -777,3 +783,17 @@ static void loaded_release(const struct cfgtab_row *r, void *base)
 }
 
 const struct cfgtab_ops cfgtab_ops_loaded = {.dump = loaded_dump, .release = loaded_release};
+
+static json_t *json_dump(const struct cfgtab_row *r, const void *base)
+{
+    return json_deep_copy(*(json_t *const *)cfield(base, r));
+}
+
+static void json_release(const struct cfgtab_row *r, void *base)
+{
+    json_t **j = field(base, r);
+    json_decref(*j);
+    *j = NULL;
+}
+
+const struct cfgtab_ops cfgtab_ops_json = {.dump = json_dump, .release = json_release};

@@ -144,6 +144,8 @@ bool cfgtab_given(const struct cfgtab_ctx *ctx, size_t off);
 
 /* Every field's default. base must be zeroed (nothing is freed). */
 void cfgtab_defaults(const struct cfgtab *t, void *base, struct cfgtab_ctx *ctx);
+/* The struct of size bytes at base zeroed, then its defaults (ctx may be NULL: getenv). */
+void cfgtab_init(const struct cfgtab *t, void *base, size_t size, struct cfgtab_ctx *ctx);
 /* Read the rows of source src from blk (NULL: nothing). Keys absent keep their value;
  * an invalid value keeps it too and records an error (paths relative to blk, after the
  * errors' prefix). */
@@ -163,7 +165,10 @@ void cfgtab_markdown(const struct cfgtab *t, struct strbuf *sb);
 /* Free what the fields own (strings wiped first when SECRET) and zero them. */
 void cfgtab_release(const struct cfgtab *t, void *base);
 
-/* Ops for a string field shown as whether it is set ("key_loaded": true), not its value. */
+/* Ops for a string field shown as whether it is set ("key_loaded": true), not its value
+ * (wiped when released). */
 extern const struct cfgtab_ops cfgtab_ops_loaded;
+/* Ops for a json_t * field (a derived document): dumped as a copy, released. */
+extern const struct cfgtab_ops cfgtab_ops_json;
 
 #endif

@@ -261,30 +261,22 @@ static const struct cfgtab_row rows[] = {
      .sub = SUB(coord_key_rows), .dump = "motor_coordinator_config.mgmt_api_key_config"},
 };
 
-static const struct cfgtab table = CFGTAB_TABLE("controller", rows, src_names);
-
-const struct cfgtab *ctlcfg_table(void)
-{
-    return &table;
-}
+const struct cfgtab ctlcfg_cfgtab = CFGTAB_TABLE("controller", rows, src_names);
 
 void ctlcfg_init(struct ctlcfg *c)
 {
-    memset(c, 0, sizeof(*c));
-    cfgtab_defaults(&table, c, NULL);
+    cfgtab_init(&ctlcfg_cfgtab, c, sizeof(*c), NULL);
 }
 
 void ctlcfg_release(struct ctlcfg *c)
 {
-    if (!c)
-        return;
-    cfgtab_release(&table, c);
-    memset(c, 0, sizeof(*c));
+    if (c)
+        cfgtab_release(&ctlcfg_cfgtab, c);
 }
 
 json_t *ctlcfg_to_json(const struct ctlcfg *c)
 {
-    return cfgtab_dump(&table, c);
+    return cfgtab_dump(&ctlcfg_cfgtab, c);
 }
 
 int ctlcfg_print_check(const struct ctlcfg *c, const char *path)
@@ -387,19 +379,19 @@ void ctlcfg_apply(struct ctlcfg *c, json_t *root, struct cfg_errors *e)
     if (whole)
         ctl = root; /* the file is the controller block itself */
     cfg_errors_set_prefix(e, whole ? "" : "motor_controller_config");
-    cfgtab_apply(&table, SRC_CTL, c, ctl, &ctx);
+    cfgtab_apply(&ctlcfg_cfgtab, SRC_CTL, c, ctl, &ctx);
     derive_store(c, &ctx);
 
     /* The deploy block's TLS overrides the controller's own block, as upstream. */
     json_t *deploy = block(root, "motor_deploy_config", e);
     cfg_errors_set_prefix(e, "motor_deploy_config");
-    cfgtab_apply(&table, SRC_DEPLOY, c, deploy, &ctx);
+    cfgtab_apply(&ctlcfg_cfgtab, SRC_DEPLOY, c, deploy, &ctx);
     cfg_errors_set_prefix(e, "");
     check_tls_files(&c->tls, "motor_controller_config.mgmt_tls_config", e);
 
     json_t *coord = block(root, "motor_coordinator_config", e);
     cfg_errors_set_prefix(e, "motor_coordinator_config");
-    cfgtab_apply(&table, SRC_COORD, c, coord, &ctx);
+    cfgtab_apply(&ctlcfg_cfgtab, SRC_COORD, c, coord, &ctx);
     read_coordinator_key(c, e);
     cfg_errors_set_prefix(e, "");
     cfgtab_ctx_release(&ctx);

@@ -160,6 +160,6 @@ int ctlcfg_print_check(const struct ctlcfg *c, const char *path);
 
 /* The table of the keys (docs, diffs: cfgtab.h). */
 struct cfgtab;
-const struct cfgtab *ctlcfg_table(void);
+extern const struct cfgtab ctlcfg_cfgtab;
 
 #endif

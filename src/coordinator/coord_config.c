@@ -89,12 +89,12 @@ static json_t *tls_dump(const struct cfgtab_row *r, const void *base)
 static void tls_release(const struct cfgtab_row *r, void *base)
 {
     struct ccfg_tls *t = (struct ccfg_tls *)((char *)base + r->off);
-    free(t->cert_file);
-    free(t->key_file);
-    free(t->ca_file);
-    if (t->key_password)
-        explicit_bzero(t->key_password, strlen(t->key_password));
-    free(t->key_password);
+    char *files[] = {t->cert_file, t->key_file, t->ca_file};
+    for (size_t i = 0; i < ARRAY_LEN(files); i++)
+        free(files[i]);
+    /* The password is a secret: wiped, not only freed. */
+    const struct cfgtab_row pw = {.off = offsetof(struct ccfg_tls, key_password)};
+    cfgtab_ops_loaded.release(&pw, t);
     memset(t, 0, sizeof(*t));
 }
 
@@ -178,25 +178,17 @@ static const struct cfgtab_row rows[] = {
      .doc = "TLS of the management port"},
 };
 
-static const struct cfgtab table = CFGTAB_TABLE("coordinator", rows, src_names);
-
-const struct cfgtab *ccfg_table(void)
-{
-    return &table;
-}
+const struct cfgtab ccfg_cfgtab = CFGTAB_TABLE("coordinator", rows, src_names);
 
 void ccfg_init(struct ccfg *c)
 {
-    memset(c, 0, sizeof(*c));
-    cfgtab_defaults(&table, c, NULL);
+    cfgtab_init(&ccfg_cfgtab, c, sizeof(*c), NULL);
 }
 
 void ccfg_release(struct ccfg *c)
 {
-    if (!c)
-        return;
-    cfgtab_release(&table, c);
-    memset(c, 0, sizeof(*c));
+    if (c)
+        cfgtab_release(&ccfg_cfgtab, c);
 }
 
 static void add_key(struct ccfg *c, const char *key)
@@ -253,8 +245,8 @@ void ccfg_apply(struct ccfg *c, json_t *root, struct cfg_errors *e)
         return;
     }
     struct cfgtab_ctx ctx = {.errs = e};
-    cfgtab_apply(&table, SRC_BLOCK, c, blk, &ctx);
-    cfgtab_apply(&table, SRC_DEPLOY, c, json_is_object(deploy) ? deploy : NULL, &ctx);
+    cfgtab_apply(&ccfg_cfgtab, SRC_BLOCK, c, blk, &ctx);
+    cfgtab_apply(&ccfg_cfgtab, SRC_DEPLOY, c, json_is_object(deploy) ? deploy : NULL, &ctx);
     cfgtab_ctx_release(&ctx);
 
     /* kv_cache_affinity needs the KV Conductor and compute_length a tokenizer; neither
@@ -284,5 +276,5 @@ void ccfg_apply(struct ccfg *c, json_t *root, struct cfg_errors *e)
 
 json_t *ccfg_to_json(const struct ccfg *c)
 {
-    return cfgtab_dump(&table, c);
+    return cfgtab_dump(&ccfg_cfgtab, c);
 }

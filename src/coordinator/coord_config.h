@@ -85,6 +85,6 @@ json_t *ccfg_to_json(const struct ccfg *c);
 
 /* The table of the keys (docs, diffs: cfgtab.h). */
 struct cfgtab;
-const struct cfgtab *ccfg_table(void);
+extern const struct cfgtab ccfg_cfgtab;
 
 #endif

@@ -371,20 +371,6 @@ static json_t *ft_capability_dump(const struct cfgtab_row *r, const void *base)
 }
 static const struct cfgtab_ops ft_capability_ops = {.dump = ft_capability_dump};
 
-static json_t *engine_config_dump(const struct cfgtab_row *r, const void *base)
-{
-    return json_deep_copy(((const struct nm_config *)base)->engine_config);
-}
-
-static void engine_config_release(const struct cfgtab_row *r, void *base)
-{
-    struct nm_config *c = base;
-    json_decref(c->engine_config);
-    c->engine_config = NULL;
-}
-static const struct cfgtab_ops engine_config_ops = {.dump = engine_config_dump,
-                                                   .release = engine_config_release};
-
 #define TOFF(f) offsetof(struct nm_tls, f)
 
 static const struct cfgtab_row tls_rows[] = {
@@ -608,7 +594,7 @@ static const struct cfgtab_row rows[] = {
     {"engine.engine_type", CFGTAB_ENUM, OFF(engine_type), .flags = L | D,
      .names = engine_type_names},
     {"engine.engine_config", CFGTAB_CUSTOM, OFF(engine_config), .flags = L | D,
-     .ops = &engine_config_ops},
+     .ops = &cfgtab_ops_json},
     {"engine.motor_bin", CFGTAB_STRING, OFF(motor_bin), .flags = L | D},
     {"health_collector_timeout", CFGTAB_INT, OFF(health.health_collector_timeout),
      .src = SRC_HEALTH, .flags = L, .min = 1, .max = 3600, .def_i = 5,
@@ -693,12 +679,7 @@ static const struct cfgtab_row rows[] = {
     {"warnings", CFGTAB_STRLIST, LIST(warnings), .flags = L | D},
 };
 
-static const struct cfgtab table = CFGTAB_TABLE("node manager", rows, src_names);
-
-const struct cfgtab *nm_config_table(void)
-{
-    return &table;
-}
+const struct cfgtab nm_config_cfgtab = CFGTAB_TABLE("node manager", rows, src_names);
 
 /* ---- engine section ----------------------------------------------------------------- */
 
@@ -849,7 +830,7 @@ static void parse_health(struct loader *L, json_t *sec, const char *secname)
     char *p = xasprintf("%s.health_check_config", secname);
     at(L, p);
     free(p);
-    cfgtab_apply(&table, SRC_HEALTH, L->c, hc, &L->tab);
+    cfgtab_apply(&nm_config_cfgtab, SRC_HEALTH, L->c, hc, &L->tab);
 }
 
 static const char *const cmd_placeholders[] = {"host",        "port",      "dp_rank",
@@ -898,7 +879,7 @@ static void parse_engine_section(struct loader *L, json_t *sec, const char *secn
     struct cfg_errors *e = L->e;
     at(L, secname);
     /* engine_type (the NM block's, else vllm, when absent), dispatch_profile, engine_command */
-    cfgtab_apply(&table, SRC_SECTION, c, sec, &L->tab);
+    cfgtab_apply(&nm_config_cfgtab, SRC_SECTION, c, sec, &L->tab);
     json_t *ec = sec ? cfg_get_object(sec, "engine_config", e) : NULL;
     char *ecpath = xasprintf("%s.engine_config", secname);
     at(L, ecpath);
@@ -1005,7 +986,7 @@ static void parse_controller(struct loader *L)
         ctl = NULL;
         at(L, "motor_controller_config");
     }
-    cfgtab_apply(&table, SRC_CTL, c, ctl, &L->tab);
+    cfgtab_apply(&nm_config_cfgtab, SRC_CTL, c, ctl, &L->tab);
     /* The NM block's enable_engine_relaunch, else the Controller's. */
     if (!cfgtab_given(&L->tab, OFF(ft.enable_engine_relaunch)))
         c->ft.enable_engine_relaunch = c->controller_enable_engine_relaunch;
@@ -1040,7 +1021,7 @@ static void parse_kv_store(struct loader *L)
     if (lsm_env && (strcmp(lsm_env, "standalone") == 0 || strcmp(lsm_env, "inprocess") == 0))
         set_str(&kv->local_service_mode, lsm_env);
     at(L, "kv_cache_store_config");
-    cfgtab_apply(&table, SRC_KV, c, sec, &L->tab);
+    cfgtab_apply(&nm_config_cfgtab, SRC_KV, c, sec, &L->tab);
 }
 
 /* ---- derived values ----------------------------------------------------------------- */
@@ -1237,7 +1218,7 @@ static struct nm_config *build(json_t *root, const struct nm_config_opts *opts, 
     L.base = xstrdup(errs->prefix ? errs->prefix : "");
     int before = cfg_errors_count(errs);
 
-    cfgtab_defaults(&table, c, &L.tab);
+    cfgtab_defaults(&nm_config_cfgtab, c, &L.tab);
     wire_parallel_config_default(&c->parallel);
 
     /* role */
@@ -1264,24 +1245,24 @@ static struct nm_config *build(json_t *root, const struct nm_config_opts *opts, 
     json_t *sec_nm = sec ? find_nm_block(c, sec, secname, &sec_key, errs) : NULL;
     if (top_nm) {
         at(&L, top_key);
-        cfgtab_apply(&table, SRC_NM, c, top_nm, &L.tab);
+        cfgtab_apply(&nm_config_cfgtab, SRC_NM, c, top_nm, &L.tab);
     }
     if (sec_nm) {
         char *p = xasprintf("%s.%s", secname, sec_key);
         at(&L, p);
         free(p);
-        cfgtab_apply(&table, SRC_NM, c, sec_nm, &L.tab);
+        cfgtab_apply(&nm_config_cfgtab, SRC_NM, c, sec_nm, &L.tab);
     }
     if (!top_nm && !sec_nm && !sec) {
         at(&L, NULL);
-        cfgtab_apply(&table, SRC_NM, c, root, &L.tab);
+        cfgtab_apply(&nm_config_cfgtab, SRC_NM, c, root, &L.tab);
     }
 
     /* overrides from the deploy block and the snapshot block */
     at(&L, "motor_deploy_config");
-    cfgtab_apply(&table, SRC_DEPLOY, c, deploy, &L.tab);
+    cfgtab_apply(&nm_config_cfgtab, SRC_DEPLOY, c, deploy, &L.tab);
     at(&L, "motor_container_snapshot_config");
-    cfgtab_apply(&table, SRC_SNAPSHOT, c, cfg_lookup(root, "motor_container_snapshot_config"),
+    cfgtab_apply(&nm_config_cfgtab, SRC_SNAPSHOT, c, cfg_lookup(root, "motor_container_snapshot_config"),
                  &L.tab);
 
     parse_controller(&L);
@@ -1380,7 +1361,7 @@ void nm_config_free(struct nm_config *c)
 {
     if (!c)
         return;
-    cfgtab_release(&table, c);
+    cfgtab_release(&nm_config_cfgtab, c);
     free(c->opt_role);
     for (char **kv = c->env_kv; kv && *kv; kv++)
         free(*kv);
@@ -1390,12 +1371,12 @@ void nm_config_free(struct nm_config *c)
 
 json_t *nm_config_to_json(const struct nm_config *c)
 {
-    return cfgtab_dump(&table, c);
+    return cfgtab_dump(&nm_config_cfgtab, c);
 }
 
 char *nm_config_diff(const struct nm_config *a, const struct nm_config *b)
 {
-    char *keys = cfgtab_diff(&table, a, b, 0, 0);
+    char *keys = cfgtab_diff(&nm_config_cfgtab, a, b, 0, 0);
     if (!keys)
         return NULL;
     /* The top-level sections of the changed keys, once each, warnings aside. */
@@ -1427,5 +1408,5 @@ char *nm_config_diff(const struct nm_config *a, const struct nm_config *b)
 
 char *nm_config_restart_keys(const struct nm_config *a, const struct nm_config *b)
 {
-    return cfgtab_diff(&table, a, b, CFGTAB_LIVE, 0);
+    return cfgtab_diff(&nm_config_cfgtab, a, b, CFGTAB_LIVE, 0);
 }

@@ -519,7 +519,7 @@ void nm_pool_shutdown(struct nodemgr *nm);
 /* Stop what is left (bounded wait, then SIGKILL) and free; before httpd_free. */
 void nm_pool_free(struct nodemgr *nm);
 /* The worker_pool block's keys (docs: common/cfgtab.h). */
-const struct cfgtab *nm_pool_table(void);
+extern const struct cfgtab nm_pool_cfgtab;
 
 /* ---- nm_ft.c ------------------------------------------------------------------------ */
 /* Register the FT routes (/node-manager/fault-tolerance/{status,apply,guard,finalize})

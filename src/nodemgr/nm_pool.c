@@ -92,24 +92,19 @@ static const struct cfgtab_row pool_rows[] = {
     {"defaults", CFGTAB_GROUP, OFF(defaults), .flags = CFGTAB_OBJECT,
      .sub = &pool_defaults_cfgtab},
 };
-static const struct cfgtab pool_table = CFGTAB_TABLE("worker_pool", pool_rows, NULL);
-
-const struct cfgtab *nm_pool_table(void)
-{
-    return &pool_table;
-}
+const struct cfgtab nm_pool_cfgtab = CFGTAB_TABLE("worker_pool", pool_rows, NULL);
 
 /* The block's keys into cfg (strings owned by blk: the pool copies what it keeps). */
 static int read_config(json_t *wp, struct pool_block *blk, struct pool_config *cfg,
                        struct cfg_errors *e)
 {
-    cfgtab_defaults(&pool_table, blk, NULL);
+    cfgtab_defaults(&nm_pool_cfgtab, blk, NULL);
     if (!json_is_object(wp)) {
         cfg_error(e, "", "must be an object");
         return -EINVAL;
     }
     struct cfgtab_ctx ctx = {.errs = e};
-    cfgtab_apply(&pool_table, 0, blk, wp, &ctx);
+    cfgtab_apply(&nm_pool_cfgtab, 0, blk, wp, &ctx);
     cfgtab_ctx_release(&ctx);
     cfg->manifests_dir = blk->manifests_dir;
     cfg->db_path = blk->db_path;
@@ -163,7 +158,7 @@ int nm_pool_init(struct nodemgr *nm)
                 rc = pool_register_routes(p, nm->api);
             }
         }
-        cfgtab_release(&pool_table, &blk);
+        cfgtab_release(&nm_pool_cfgtab, &blk);
     }
     free(where);
     json_decref(root);

@@ -80,7 +80,8 @@ struct pool_manifest *pool_manifest_parse(json_t *obj, const struct pool_default
 struct pool_manifest *pool_manifest_ref(struct pool_manifest *m);
 void pool_manifest_unref(struct pool_manifest *m); /* NULL-safe */
 /* The manifest's fields as a configuration table (docs/worker-pool.md's table). */
-const struct cfgtab *pool_manifest_table(void);
+struct cfgtab;
+extern const struct cfgtab pool_manifest_cfgtab;
 /* true when id is a valid node id ([A-Za-z0-9_.-]{1,64}, not starting with '.'). */
 bool pool_id_valid(const char *id);
 /* Errors text ("a\nb\n") as a JSON array of lines. */

@@ -339,16 +339,11 @@ static const struct cfgtab_row manifest_rows[] = {
      .def_doc = "`invoke_timeout_seconds`",
      .doc = "how long a call waits for a slot; 0 = fail at once when none is free"},
 };
-static const struct cfgtab manifest_table = CFGTAB_TABLE("worker manifest", manifest_rows, NULL);
-
-const struct cfgtab *pool_manifest_table(void)
-{
-    return &manifest_table;
-}
+const struct cfgtab pool_manifest_cfgtab = CFGTAB_TABLE("worker manifest", manifest_rows, NULL);
 
 static void manifest_free(struct pool_manifest *m)
 {
-    cfgtab_release(&manifest_table, m);
+    cfgtab_release(&pool_manifest_cfgtab, m);
     json_decref(m->doc);
     free(m);
 }
@@ -371,7 +366,7 @@ struct pool_manifest *pool_manifest_parse(json_t *obj, const struct pool_default
     m->refs = 1;
     m->given = *d;
     struct cfgtab_ctx ctx = {.errs = e};
-    cfgtab_apply(&manifest_table, 0, m, obj, &ctx);
+    cfgtab_apply(&pool_manifest_cfgtab, 0, m, obj, &ctx);
     struct pool_defaults *g = &m->given;
     if (!cfgtab_given(&ctx, MOFF(given.queue_timeout_seconds)) && d->queue_timeout_seconds < 0)
         g->queue_timeout_seconds = g->invoke_timeout_seconds;
@@ -396,7 +391,7 @@ struct pool_manifest *pool_manifest_parse(json_t *obj, const struct pool_default
     /* Unknown fields (name, description, inputs, ...) are kept: they are the
      * operator's, we only normalize ours. */
     m->doc = json_deep_copy(obj);
-    cfgtab_dump_into(&manifest_table, m, m->doc);
+    cfgtab_dump_into(&pool_manifest_cfgtab, m, m->doc);
     return m;
 }
 

@@ -16,24 +16,12 @@
 #include "coordinator/coord_config.h"
 #include "nodemgr/nm_config.h"
 #include "pool/pool_internal.h"
+#include "unit_helpers.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-static char *repo_path(const char *rel)
-{
-    char *repo = xstrdup(__FILE__);
-    for (int i = 0; i < 3; i++) {
-        char *slash = strrchr(repo, '/');
-        if (slash)
-            *slash = '\0';
-    }
-    char *p = xasprintf("%s/%s", repo, rel);
-    free(repo);
-    return p;
-}
 
 static json_t *before(const char *daemon)
 {
@@ -85,10 +73,13 @@ static void report_skips(int skipped)
                 skipped);
 }
 
+/* got is stolen. */
 static void expect_same(const char *key, json_t *want, json_t *got)
 {
-    if (json_equal(want, got))
+    if (json_equal(want, got)) {
+        json_decref(got);
         return;
+    }
     /* Name the first differing member, so a failure says what changed. */
     const char *k;
     json_t *v;
@@ -110,50 +101,62 @@ static void expect_same(const char *key, json_t *want, json_t *got)
     fail_msg("%s differs", key);
 }
 
-static void test_node_manager(void **state)
+/* Each fixture entry of daemon whose sample is here: check(key, path, want); then how many
+ * were compared (at least one, or the test fails) and a loud note for those skipped. */
+typedef void (*check_fn)(const char *key, const char *path, json_t *want);
+
+static void each_sample(const char *daemon, check_fn check)
 {
-    (void)state;
-    json_t *want = before("node_manager");
+    json_t *all = before(daemon);
     int skipped = 0, compared = 0;
     const char *key;
     json_t *w;
-    json_object_foreach(want, key, w)
+    json_object_foreach(all, key, w)
     {
         char *path = sample_path(key, &skipped);
         if (!path)
             continue;
-        char *copy = xstrdup(key);
-        char *role = strchr(copy, '|') + 1;
-        char *envtag = strchr(role, '|');
-        *envtag++ = '\0';
-        const char *env[] = {strcmp(envtag, "-") == 0 ? NULL : envtag, NULL};
-        struct nm_config_opts o = {.config_path = path,
-                                   .role = role,
-                                   .env = nm_env_from_array,
-                                   .env_ud = env,
-                                   .motor_bin = "motor"};
-        struct cfg_errors errs;
-        cfg_errors_init(&errs, "");
-        struct nm_config *c = nm_config_load(&o, &errs);
-        json_t *got;
-        if (c) {
-            got = nm_config_to_json(c);
-            json_object_del(got, "config_path");
-        } else {
-            got = json_pack("{s:s}", "errors", cfg_errors_text(&errs));
-        }
-        expect_same(key, w, got);
-        json_decref(got);
-        nm_config_free(c);
-        cfg_errors_release(&errs);
-        free(copy);
+        check(key, path, w);
         free(path);
         compared++;
     }
-    print_message("node manager: %d loads compared\n", compared);
+    print_message("%s: %d loads compared\n", daemon, compared);
     report_skips(skipped);
     assert_true(compared > 0);
-    json_decref(want);
+    json_decref(all);
+}
+
+/* key: "<sample>|<role>|<INDEX=n or ->" */
+static void check_node_manager(const char *key, const char *path, json_t *want)
+{
+    char *copy = xstrdup(key);
+    char *role = strchr(copy, '|') + 1;
+    char *envtag = strchr(role, '|');
+    *envtag++ = '\0';
+    const char *env[] = {strcmp(envtag, "-") == 0 ? NULL : envtag, NULL};
+    struct nm_config_opts o = {
+        .config_path = path, .role = role, .env = nm_env_from_array, .env_ud = env,
+        .motor_bin = "motor"};
+    struct cfg_errors errs;
+    cfg_errors_init(&errs, "");
+    struct nm_config *c = nm_config_load(&o, &errs);
+    json_t *got;
+    if (c) {
+        got = nm_config_to_json(c);
+        json_object_del(got, "config_path");
+    } else {
+        got = json_pack("{s:s}", "errors", cfg_errors_text(&errs));
+    }
+    expect_same(key, want, got);
+    nm_config_free(c);
+    cfg_errors_release(&errs);
+    free(copy);
+}
+
+static void test_node_manager(void **state)
+{
+    (void)state;
+    each_sample("node_manager", check_node_manager);
 }
 
 /* The controller had no effective dump before: its parsed struct, field by field. */
@@ -220,84 +223,77 @@ static json_t *ctl_fields(const struct ctlcfg *c)
     return o;
 }
 
+/* What the controller's (or the coordinator's) loader made of root, with the error text. */
+static json_t *effective(json_t *root, bool coordinator)
+{
+    struct cfg_errors errs;
+    cfg_errors_init(&errs, coordinator ? "motor_coordinator_config" : "");
+    struct ctlcfg cc;
+    struct ccfg co;
+    json_t *got;
+    if (coordinator) {
+        ccfg_init(&co);
+        ccfg_apply(&co, root, &errs);
+        got = ccfg_to_json(&co);
+        ccfg_release(&co);
+    } else {
+        ctlcfg_init(&cc);
+        ctlcfg_apply(&cc, root, &errs);
+        got = ctl_fields(&cc);
+        ctlcfg_release(&cc);
+    }
+    json_object_set_new(got, "errors", json_string(cfg_errors_text(&errs)));
+    cfg_errors_release(&errs);
+    return got;
+}
+
+static void check_controller(const char *key, const char *path, json_t *want)
+{
+    json_t *root = json_load_file(path, 0, NULL);
+    assert_non_null(root);
+    expect_same(key, want, effective(root, false));
+    json_decref(root);
+}
+
+static void check_coordinator(const char *key, const char *path, json_t *want)
+{
+    json_t *root = json_load_file(path, 0, NULL);
+    assert_non_null(root);
+    expect_same(key, want, effective(root, true));
+    json_decref(root);
+}
+
+static void check_manifest(const char *key, const char *path, json_t *want)
+{
+    json_t *m = json_load_file(path, 0, NULL);
+    assert_non_null(m);
+    struct pool_config pc;
+    pool_config_init(&pc);
+    struct cfg_errors errs;
+    cfg_errors_init(&errs, "");
+    struct pool_manifest *pm = pool_manifest_parse(m, &pc.defaults, "/srv/base", &errs);
+    expect_same(key, want,
+                pm ? json_deep_copy(pm->doc)
+                   : json_pack("{s:s}", "errors", cfg_errors_text(&errs)));
+    pool_manifest_unref(pm);
+    cfg_errors_release(&errs);
+    json_decref(m);
+}
+
 static void test_controller_and_coordinator(void **state)
 {
     (void)state;
     unsetenv("POD_IP");
     unsetenv("COORDINATOR_SERVICE");
     unsetenv("CONTROLLER_SERVICE");
-    json_t *want_ctl = before("controller"), *want_coord = before("coordinator");
-    int skipped = 0, compared = 0;
-    const char *key;
-    json_t *w;
-    json_object_foreach(want_ctl, key, w)
-    {
-        char *path = sample_path(key, &skipped);
-        if (!path)
-            continue;
-        json_t *root = json_load_file(path, 0, NULL);
-        assert_non_null(root);
-
-        struct cfg_errors errs;
-        cfg_errors_init(&errs, "");
-        struct ctlcfg cc;
-        ctlcfg_init(&cc);
-        ctlcfg_apply(&cc, root, &errs);
-        json_t *got = ctl_fields(&cc);
-        json_object_set_new(got, "errors", json_string(cfg_errors_text(&errs)));
-        expect_same(key, w, got);
-        json_decref(got);
-        ctlcfg_release(&cc);
-        cfg_errors_release(&errs);
-
-        cfg_errors_init(&errs, "motor_coordinator_config");
-        struct ccfg co;
-        ccfg_init(&co);
-        ccfg_apply(&co, root, &errs);
-        got = ccfg_to_json(&co);
-        json_object_set_new(got, "errors", json_string(cfg_errors_text(&errs)));
-        expect_same(key, json_object_get(want_coord, key), got);
-        json_decref(got);
-        ccfg_release(&co);
-        cfg_errors_release(&errs);
-        json_decref(root);
-        free(path);
-        compared++;
-    }
-    print_message("controller and coordinator: %d files compared\n", compared);
-    report_skips(skipped);
-    assert_true(compared > 0);
-    json_decref(want_ctl);
-    json_decref(want_coord);
+    each_sample("controller", check_controller);
+    each_sample("coordinator", check_coordinator);
 }
 
 static void test_pool_manifests(void **state)
 {
     (void)state;
-    json_t *want = before("pool_manifest");
-    int skipped = 0;
-    const char *key;
-    json_t *w;
-    json_object_foreach(want, key, w)
-    {
-        char *path = sample_path(key, &skipped);
-        json_t *m = json_load_file(path, 0, NULL);
-        assert_non_null(m);
-        struct pool_config pc;
-        pool_config_init(&pc);
-        struct cfg_errors errs;
-        cfg_errors_init(&errs, "");
-        struct pool_manifest *pm = pool_manifest_parse(m, &pc.defaults, "/srv/base", &errs);
-        json_t *got =
-            pm ? json_deep_copy(pm->doc) : json_pack("{s:s}", "errors", cfg_errors_text(&errs));
-        expect_same(key, w, got);
-        json_decref(got);
-        pool_manifest_unref(pm);
-        cfg_errors_release(&errs);
-        json_decref(m);
-        free(path);
-    }
-    json_decref(want);
+    each_sample("pool_manifest", check_manifest);
 }
 
 int main(void)

@@ -11,6 +11,7 @@
 
 #include "common/cfgtab.h"
 #include "common/util.h"
+#include "unit_helpers.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -97,20 +98,6 @@ static const struct cfgtab_row rows[] = {
     {"name_again", CFGTAB_STRING, OFF(name), .src = 1, .flags = CFGTAB_OVERRIDE},
 };
 static const struct cfgtab table = CFGTAB_TABLE("test", rows, srcs);
-
-static json_t *J(const char *squoted)
-{
-    char *s = xstrdup(squoted);
-    for (char *p = s; *p; p++)
-        if (*p == '\'')
-            *p = '"';
-    json_error_t jerr;
-    json_t *j = json_loads(s, 0, &jerr);
-    if (!j)
-        fail_msg("bad test JSON %s: %s", squoted, jerr.text);
-    free(s);
-    return j;
-}
 
 static const char *fake_env(void *ud, const char *name)
 {

@@ -18,6 +18,7 @@
 #include "nodemgr/nm_config.h"
 #include "nodemgr/nm_internal.h"
 #include "pool/pool_internal.h"
+#include "unit_helpers.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,35 +27,22 @@
 struct doc_table {
     const char *name; /* the marker's NAME */
     const char *file; /* relative to the repository */
-    const struct cfgtab *(*table)(void);
+    const struct cfgtab *table;
 };
 
 static const struct doc_table docs[] = {
-    {"node-manager", "docs/node-manager.md", nm_config_table},
-    {"controller", "docs/controller.md", ctlcfg_table},
-    {"coordinator", "docs/coordinator.md", ccfg_table},
-    {"worker-manifest", "docs/worker-pool.md", pool_manifest_table},
-    {"worker-pool-block", "docs/worker-pool.md", nm_pool_table},
+    {"node-manager", "docs/node-manager.md", &nm_config_cfgtab},
+    {"controller", "docs/controller.md", &ctlcfg_cfgtab},
+    {"coordinator", "docs/coordinator.md", &ccfg_cfgtab},
+    {"worker-manifest", "docs/worker-pool.md", &pool_manifest_cfgtab},
+    {"worker-pool-block", "docs/worker-pool.md", &nm_pool_cfgtab},
 };
-
-static char *repo_path(const char *rel)
-{
-    char *repo = xstrdup(__FILE__);
-    for (int i = 0; i < 3; i++) {
-        char *slash = strrchr(repo, '/');
-        if (slash)
-            *slash = '\0';
-    }
-    char *p = xasprintf("%s/%s", repo, rel);
-    free(repo);
-    return p;
-}
 
 static char *markdown(const struct doc_table *d)
 {
     struct strbuf sb;
     strbuf_init(&sb, 1u << 20);
-    cfgtab_markdown(d->table(), &sb);
+    cfgtab_markdown(d->table, &sb);
     return strbuf_take(&sb);
 }
 
@@ -108,7 +96,7 @@ static void test_rows_are_well_formed(void **state)
 {
     (void)state;
     for (size_t i = 0; i < ARRAY_LEN(docs); i++) {
-        const struct cfgtab *t = docs[i].table();
+        const struct cfgtab *t = docs[i].table;
         for (size_t k = 0; k < t->n; k++) {
             const struct cfgtab_row *r = &t->rows[k];
             if (r->type == CFGTAB_GROUP)
