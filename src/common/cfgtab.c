@@ -16,8 +16,7 @@ const char cfgtab_skip[] = "skip";
 /* A row of a GROUP's table is read, dumped and diffed at the group's place: the group's
  * paths, its base offset and its reload class. */
 struct where {
-    const char *in;  /* input path prefix ("" at the top) */
-    const char *out; /* dump path prefix */
+    const char *out; /* dump path prefix ("" at the top) */
     size_t off;      /* offset of the sub-struct in the table's base */
     unsigned live;   /* CFGTAB_LIVE of the group, or of the row itself at the top */
 };
@@ -469,8 +468,8 @@ json_t *cfgtab_dump(const struct cfgtab *t, const void *base)
 
 /* Offsets already compared or released: rows that share a field count once. */
 struct seen {
-    size_t off[512];
-    size_t n;
+    size_t *off;
+    size_t n, cap;
 };
 
 static bool seen_add(struct seen *s, size_t off)
@@ -478,8 +477,11 @@ static bool seen_add(struct seen *s, size_t off)
     for (size_t i = 0; i < s->n; i++)
         if (s->off[i] == off)
             return false;
-    if (s->n < ARRAY_LEN(s->off))
-        s->off[s->n++] = off;
+    if (s->n == s->cap) {
+        s->cap = s->cap ? 2 * s->cap : 64;
+        s->off = xrealloc(s->off, s->cap * sizeof(size_t));
+    }
+    s->off[s->n++] = off;
     return true;
 }
 
@@ -540,7 +542,7 @@ static void diff_rows(const struct cfgtab *t, const char *a, const char *b, cons
         join(path, w->out, (r->flags & CFGTAB_NODUMP) ? r->path : r->dump ? r->dump : r->path);
         unsigned live = live_of(r, w);
         if (r->type == CFGTAB_GROUP) {
-            struct where sub = {"", path, w->off + r->off, live};
+            struct where sub = {path, w->off + r->off, live};
             diff_rows(r->sub, a + r->off, b + r->off, &sub, mask, want, seen, sb);
             continue;
         }
@@ -558,9 +560,10 @@ char *cfgtab_diff(const struct cfgtab *t, const void *a, const void *b, unsigned
 {
     struct strbuf sb;
     strbuf_init(&sb, 64 * 1024);
-    struct seen seen = {.n = 0};
-    struct where top = {"", "", 0, UINT32_MAX};
+    struct seen seen = {0};
+    struct where top = {"", 0, UINT32_MAX};
     diff_rows(t, a, b, &top, mask, want, &seen, &sb);
+    free(seen.off);
     if (sb.len == 0) {
         strbuf_release(&sb);
         return NULL;
@@ -593,8 +596,9 @@ static void release_rows(const struct cfgtab *t, char *base, size_t base_off, st
 
 void cfgtab_release(const struct cfgtab *t, void *base)
 {
-    struct seen seen = {.n = 0};
+    struct seen seen = {0};
     release_rows(t, base, 0, &seen);
+    free(seen.off);
 }
 
 /* ---- docs ----------------------------------------------------------------------------- */
