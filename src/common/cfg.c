@@ -278,8 +278,8 @@ bool cfg_read_bool(json_t *v, const char *path, bool *out, struct cfg_errors *e)
 }
 
 /* The error of a failed string read (JVAL_TYPE, JVAL_NUL or JVAL_NOMATCH). */
-static void string_error(struct cfg_errors *e, const char *path, enum jval_rc rc,
-                         const char *rule, const json_t *v)
+static void string_error(struct cfg_errors *e, const char *path, enum jval_rc rc, const char *rule,
+                         const json_t *v)
 {
     if (rc == JVAL_NUL)
         cfg_error(e, path, "must not contain NUL characters");
@@ -359,8 +359,8 @@ int cfg_get_enum_index(json_t *obj, const char *path, int def, const char *const
     return v && cfg_read_enum(v, path, allowed, &i, e) ? i : def;
 }
 
-const char *cfg_get_enum(json_t *obj, const char *path, const char *def,
-                         const char *const *allowed, struct cfg_errors *e)
+const char *cfg_get_enum(json_t *obj, const char *path, const char *def, const char *const *allowed,
+                         struct cfg_errors *e)
 {
     int i = cfg_get_enum_index(obj, path, -1, allowed, e);
     return i >= 0 ? allowed[i] : def;

@@ -81,8 +81,8 @@ bool cfg_get_bool(json_t *obj, const char *path, bool def, struct cfg_errors *e)
 const char *cfg_get_string(json_t *obj, const char *path, const char *def, struct cfg_errors *e);
 /* One of allowed (NULL-terminated list; compared case-sensitively; the result is the
  * allowed[] entry) or def. */
-const char *cfg_get_enum(json_t *obj, const char *path, const char *def,
-                         const char *const *allowed, struct cfg_errors *e);
+const char *cfg_get_enum(json_t *obj, const char *path, const char *def, const char *const *allowed,
+                         struct cfg_errors *e);
 /* The same as an index into allowed, def when missing or invalid. */
 int cfg_get_enum_index(json_t *obj, const char *path, int def, const char *const *allowed,
                        struct cfg_errors *e);

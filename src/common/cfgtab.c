@@ -287,8 +287,7 @@ static void read_value(const struct cfgtab_row *r, void *base, json_t *v, const 
             *(int *)f = idx;
         break;
     case CFGTAB_STRING:
-        if (r->names ? cfg_read_enum(v, path, r->names, &idx, e)
-                     : cfg_read_string(v, path, &s, e))
+        if (r->names ? cfg_read_enum(v, path, r->names, &idx, e) : cfg_read_string(v, path, &s, e))
             take_string(r, base, r->names ? r->names[idx] : s, path, e);
         break;
     case CFGTAB_STRLIST:
@@ -317,8 +316,8 @@ static void apply_rows(const struct cfgtab *t, bool any_src, unsigned src, char 
             apply_rows(r->sub, true, 0, base + r->off, base_off + r->off, blk, path, ctx);
             continue;
         }
-        json_t *v = (r->flags & CFGTAB_QUIET) ? cfg_lookup(blk, path)
-                                              : cfg_get_value(blk, path, ctx->errs);
+        json_t *v =
+            (r->flags & CFGTAB_QUIET) ? cfg_lookup(blk, path) : cfg_get_value(blk, path, ctx->errs);
         if (!v && r->alias) {
             join(path, prefix, r->alias);
             v = (r->flags & CFGTAB_QUIET) ? cfg_lookup(blk, path)
@@ -671,8 +670,7 @@ static void put_default(struct strbuf *sb, const struct cfgtab_row *r, bool over
         return;
     }
     /* An override's default is its primary row's; a custom parser's is its own. */
-    if (r->flags & (CFGTAB_ACCEPTED | CFGTAB_OVERRIDE) || (r->ops && r->ops->parse) ||
-        r->missing) {
+    if (r->flags & (CFGTAB_ACCEPTED | CFGTAB_OVERRIDE) || (r->ops && r->ops->parse) || r->missing) {
         (void)strbuf_puts(sb, r->missing ? "required" : "");
         return;
     }
@@ -718,8 +716,8 @@ static void put_default(struct strbuf *sb, const struct cfgtab_row *r, bool over
 /* One line per key; a group's rows at the group's path and reload class (an override
  * group's without defaults: they are the primary rows'), the group's doc in front of its
  * first row's. */
-static void markdown_rows(const struct cfgtab *t, const char *prefix, unsigned live,
-                          bool override, const char *group_doc, bool top, struct strbuf *sb)
+static void markdown_rows(const struct cfgtab *t, const char *prefix, unsigned live, bool override,
+                          const char *group_doc, bool top, struct strbuf *sb)
 {
     for (size_t i = 0; i < t->n; i++) {
         const struct cfgtab_row *r = &t->rows[i];

@@ -49,21 +49,21 @@ enum cfgtab_type {
 };
 
 enum cfgtab_flag {
-    CFGTAB_LIVE = 1u << 0,     /* a hot reload applies it; without: it takes a restart. On a
-                                * GROUP, its rows inherit the group's choice */
-    CFGTAB_SECRET = 1u << 1,   /* never dumped in clear: a string as "<redacted>" (null when
-                                * unset), a list as its length */
-    CFGTAB_NONEMPTY = 1u << 2, /* "" or [] is an error: "must not be empty" */
-    CFGTAB_DERIVED = 1u << 3,  /* computed at load, not read: dumped and diffed only */
-    CFGTAB_NODUMP = 1u << 4,   /* read (and diffed), not dumped */
-    CFGTAB_OVERRIDE = 1u << 5, /* another source of an earlier row's field: read only (no
-                                * default, dump or diff of its own) */
-    CFGTAB_ACCEPTED = 1u << 6, /* an upstream key validated and unused (no field) */
-    CFGTAB_MOTOR = 1u << 7,    /* Motor's own key (the docs mark it) */
-    CFGTAB_NUMBER = 1u << 8,   /* DOUBLE/MS: dumped as an integer when integral */
-    CFGTAB_OBJECT = 1u << 9,   /* GROUP: must be an object (one error), skipped otherwise */
-    CFGTAB_IFPRESENT = 1u << 10, /* GROUP: read only when present (its keys by full path) */
-    CFGTAB_QUIET = 1u << 11,   /* looked up without errors for non-object parents */
+    CFGTAB_LIVE = 1u << 0,         /* a hot reload applies it; without: it takes a restart. On a
+                                    * GROUP, its rows inherit the group's choice */
+    CFGTAB_SECRET = 1u << 1,       /* never dumped in clear: a string as "<redacted>" (null when
+                                    * unset), a list as its length */
+    CFGTAB_NONEMPTY = 1u << 2,     /* "" or [] is an error: "must not be empty" */
+    CFGTAB_DERIVED = 1u << 3,      /* computed at load, not read: dumped and diffed only */
+    CFGTAB_NODUMP = 1u << 4,       /* read (and diffed), not dumped */
+    CFGTAB_OVERRIDE = 1u << 5,     /* another source of an earlier row's field: read only (no
+                                    * default, dump or diff of its own) */
+    CFGTAB_ACCEPTED = 1u << 6,     /* an upstream key validated and unused (no field) */
+    CFGTAB_MOTOR = 1u << 7,        /* Motor's own key (the docs mark it) */
+    CFGTAB_NUMBER = 1u << 8,       /* DOUBLE/MS: dumped as an integer when integral */
+    CFGTAB_OBJECT = 1u << 9,       /* GROUP: must be an object (one error), skipped otherwise */
+    CFGTAB_IFPRESENT = 1u << 10,   /* GROUP: read only when present (its keys by full path) */
+    CFGTAB_QUIET = 1u << 11,       /* looked up without errors for non-object parents */
     CFGTAB_ONE_OR_LIST = 1u << 12, /* STRLIST: a string is taken as a one-element list */
 };
 
@@ -85,22 +85,22 @@ struct cfgtab_ops {
 };
 
 struct cfgtab_row {
-    const char *path;      /* dot path in its source block (GROUP: "" = the block itself) */
+    const char *path; /* dot path in its source block (GROUP: "" = the block itself) */
     enum cfgtab_type type;
-    size_t off;            /* offsetof the field */
-    size_t off_n;          /* STRLIST: offsetof its count */
-    unsigned flags;        /* enum cfgtab_flag */
-    unsigned src;          /* which source block (index into the table's src_names) */
-    double min, max;       /* numbers: the range (MS: in seconds) */
-    int64_t def_i;         /* BOOL (0/1), INT, INT64 (file units), SIZE, ENUM (index) */
-    double def_d;          /* DOUBLE; MS in seconds */
-    const char *def_s;     /* STRING (NULL = unset) */
+    size_t off;                  /* offsetof the field */
+    size_t off_n;                /* STRLIST: offsetof its count */
+    unsigned flags;              /* enum cfgtab_flag */
+    unsigned src;                /* which source block (index into the table's src_names) */
+    double min, max;             /* numbers: the range (MS: in seconds) */
+    int64_t def_i;               /* BOOL (0/1), INT, INT64 (file units), SIZE, ENUM (index) */
+    double def_d;                /* DOUBLE; MS in seconds */
+    const char *def_s;           /* STRING (NULL = unset) */
     const char *const *def_list; /* STRLIST, NULL-terminated */
-    const char *env;       /* STRING: the default is this variable when set and not empty */
-    const char *const *names; /* ENUM; STRING: the allowed values. NULL-terminated */
-    int64_t scale;         /* INT64: field = value * scale (0 = 1) */
-    const char *alias;     /* historic spelling read when path is absent */
-    const char *missing;   /* required in every block applied: the message when absent */
+    const char *env;             /* STRING: the default is this variable when set and not empty */
+    const char *const *names;    /* ENUM; STRING: the allowed values. NULL-terminated */
+    int64_t scale;               /* INT64: field = value * scale (0 = 1) */
+    const char *alias;           /* historic spelling read when path is absent */
+    const char *missing;         /* required in every block applied: the message when absent */
     /* STRING and STRLIST elements: a rule beyond the type. NULL accepts (it may point *s
      * at a replacement, e.g. a canonical spelling), cfgtab_skip keeps the old value
      * silently, anything else is the message recorded at the key. buf: cap bytes for a
@@ -108,10 +108,10 @@ struct cfgtab_row {
     const char *(*check)(const char **s, char *buf, size_t cap);
     const struct cfgtab *sub;     /* GROUP */
     const struct cfgtab_ops *ops; /* irregular keys */
-    const char *dump;      /* path in the dump (NULL = path) */
-    const char *doc;       /* one line for the docs */
-    const char *def_doc;   /* the docs' default when not a constant ("`$POD_IP` or 127.0.0.1") */
-    const char *type_doc;  /* the docs' type when the built-in one does not say it */
+    const char *dump;             /* path in the dump (NULL = path) */
+    const char *doc;              /* one line for the docs */
+    const char *def_doc;  /* the docs' default when not a constant ("`$POD_IP` or 127.0.0.1") */
+    const char *type_doc; /* the docs' type when the built-in one does not say it */
 };
 
 struct cfgtab {
@@ -123,7 +123,10 @@ struct cfgtab {
     const char *const *src_names;
 };
 
-#define CFGTAB_TABLE(name_, rows_, srcs_) {(name_), (rows_), sizeof(rows_) / sizeof((rows_)[0]), (srcs_)}
+#define CFGTAB_TABLE(name_, rows_, srcs_)                                                          \
+    {                                                                                              \
+        (name_), (rows_), sizeof(rows_) / sizeof((rows_)[0]), (srcs_)                              \
+    }
 
 /* A check's answer: keep the old value without an error. */
 extern const char cfgtab_skip[];

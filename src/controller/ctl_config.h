@@ -98,9 +98,9 @@ struct ctlcfg {
     bool coordinator_push;
     char *coordinator_host;
     int coordinator_port;
-    char *coordinator_key; /* mgmt API key or NULL */
-    bool coordinator_key_enable;  /* mgmt_api_key_config.enable_api_key */
-    char *coordinator_key_file;   /* mgmt_api_key_config.api_key_file */
+    char *coordinator_key;       /* mgmt API key or NULL */
+    bool coordinator_key_enable; /* mgmt_api_key_config.enable_api_key */
+    char *coordinator_key_file;  /* mgmt_api_key_config.api_key_file */
     int64_t coordinator_hb_ms;
     int64_t coordinator_sync_ms; /* 0 = no periodic full set */
     int64_t coordinator_timeout_ms;

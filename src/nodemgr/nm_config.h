@@ -191,7 +191,7 @@ struct nm_config {
 
     /* api_config / TLS */
     char *pod_ip;
-    int node_manager_port; /* includes the single-container offset */
+    int node_manager_port;           /* includes the single-container offset */
     int node_manager_port_requested; /* before nm_ports_allocate moved it; 0 = not moved */
     struct nm_tls mgmt_tls;
     struct nm_tls infer_tls; /* motor_deploy_config.tls_config.infer_tls_config (probes) */

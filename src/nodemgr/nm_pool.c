@@ -48,10 +48,10 @@ static json_t *find_block(json_t *root, const char *secname, char **where)
     json_t *top_nm = nm_block(root);
     json_t *wp;
     if (sec_nm && (wp = json_object_get(sec_nm, "worker_pool"))) {
-        *where = xasprintf("%s.%s.worker_pool", secname,
-                           json_object_get(sec, "motor_nodemanager_config")
-                               ? "motor_nodemanager_config"
-                               : "motor_nodemanger_config");
+        *where =
+            xasprintf("%s.%s.worker_pool", secname,
+                      json_object_get(sec, "motor_nodemanager_config") ? "motor_nodemanager_config"
+                                                                       : "motor_nodemanger_config");
         return wp;
     }
     if (top_nm && (wp = json_object_get(top_nm, "worker_pool"))) {
@@ -89,8 +89,7 @@ static const struct cfgtab_row pool_rows[] = {
      .doc = "SIGTERM → SIGKILL of a worker"},
     {"invoke_requires_key", CFGTAB_BOOL, OFF(invoke_requires_key),
      .doc = "invoke behind the management key too"},
-    {"defaults", CFGTAB_GROUP, OFF(defaults), .flags = CFGTAB_OBJECT,
-     .sub = &pool_defaults_cfgtab},
+    {"defaults", CFGTAB_GROUP, OFF(defaults), .flags = CFGTAB_OBJECT, .sub = &pool_defaults_cfgtab},
 };
 const struct cfgtab nm_pool_cfgtab = CFGTAB_TABLE("worker_pool", pool_rows, NULL);
 

@@ -78,7 +78,6 @@ struct pool_manifest *pool_manifest_ref(struct pool_manifest *m)
     return m;
 }
 
-
 static int64_t seconds_to_ms(double s)
 {
     return (int64_t)llround(s * 1000.0);
@@ -268,8 +267,7 @@ static void id_parse(const struct cfgtab_row *r, void *base, json_t *idv, const 
     else if (!pool_id_valid(json_string_value(idv)) ||
              strlen(json_string_value(idv)) != json_string_length(idv))
         cfg_error(ctx->errs, "id",
-                  "must be 1-%d characters of [A-Za-z0-9_.-], not starting with '.'",
-                  POOL_ID_MAX);
+                  "must be 1-%d characters of [A-Za-z0-9_.-], not starting with '.'", POOL_ID_MAX);
     else
         m->id = xstrdup(json_string_value(idv));
 }
@@ -301,8 +299,8 @@ static const struct cfgtab_row limit_rows[] = {
      .flags = CFGTAB_LIVE | CFGTAB_NUMBER, .min = 0.001, .max = POOL_TIMEOUT_MAX_S, .def_d = 60,
      .doc = "spawn → ready line and `/health` 200"},
     {"invoke_timeout_seconds", CFGTAB_DOUBLE, DOFF(invoke_timeout_seconds),
-     .flags = CFGTAB_LIVE | CFGTAB_NUMBER, .min = 0.001, .max = POOL_TIMEOUT_MAX_S,
-     .def_d = 300, .doc = "one forwarded call"},
+     .flags = CFGTAB_LIVE | CFGTAB_NUMBER, .min = 0.001, .max = POOL_TIMEOUT_MAX_S, .def_d = 300,
+     .doc = "one forwarded call"},
 };
 static const struct cfgtab limits_table = CFGTAB_TABLE("", limit_rows, NULL);
 
@@ -314,15 +312,14 @@ static const struct cfgtab_row defaults_rows[] = {
      .flags = CFGTAB_LIVE | CFGTAB_NUMBER, .min = -1, .max = POOL_TIMEOUT_MAX_S, .def_d = -1,
      .doc = "how long a call waits for a slot (negative = `invoke_timeout_seconds`)"},
 };
-const struct cfgtab pool_defaults_cfgtab = CFGTAB_TABLE("worker pool defaults", defaults_rows,
-                                                        NULL);
+const struct cfgtab pool_defaults_cfgtab =
+    CFGTAB_TABLE("worker pool defaults", defaults_rows, NULL);
 
 #define MOFF(f) offsetof(struct pool_manifest, f)
 
 static const struct cfgtab_row manifest_rows[] = {
-    {"id", CFGTAB_STRING, MOFF(id), .flags = CFGTAB_LIVE, .missing = "is required",
-     .ops = &id_ops, .type_doc = "string",
-     .doc = "`[A-Za-z0-9_.-]{1,64}`, not starting with `.`; the URL name"},
+    {"id", CFGTAB_STRING, MOFF(id), .flags = CFGTAB_LIVE, .missing = "is required", .ops = &id_ops,
+     .type_doc = "string", .doc = "`[A-Za-z0-9_.-]{1,64}`, not starting with `.`; the URL name"},
     {"command", CFGTAB_STRLIST, MOFF(argv), MOFF(argc), .flags = CFGTAB_LIVE,
      .missing = "is required (an array: the program and its arguments)", .ops = &command_ops,
      .doc = "argv; `argv[0]` without `/` is looked up in `PATH`"},

@@ -78,7 +78,8 @@ int wj_require_object(json_t *j, const char *path, struct wire_err *err)
         return 0;
     wj_err(err, path, NULL, "must be a JSON object, got %s", jval_type_name(j));
     if (err && (!path || !*path))
-        snprintf(err->msg, sizeof(err->msg), "body must be a JSON object, got %s", jval_type_name(j));
+        snprintf(err->msg, sizeof(err->msg), "body must be a JSON object, got %s",
+                 jval_type_name(j));
     return -EINVAL;
 }
 
@@ -128,7 +129,14 @@ int wj_value_str(json_t *v, const char *path, char **out, struct wire_err *err)
 }
 
 /* Getters of one member: look key up, then read the value at "<path>.<key>". */
-#define WJ_MEMBER(read)                                                                                int rc;                                                                                            json_t *v = wj_get(obj, path, key, req, err, &rc);                                                 if (!v)                                                                                                return rc;                                                                                     char p[WIRE_PATH_MAX];                                                                             wj_path_key(p, sizeof(p), path, key);                                                              return read
+#define WJ_MEMBER(read)                                                                            \
+    int rc;                                                                                        \
+    json_t *v = wj_get(obj, path, key, req, err, &rc);                                             \
+    if (!v)                                                                                        \
+        return rc;                                                                                 \
+    char p[WIRE_PATH_MAX];                                                                         \
+    wj_path_key(p, sizeof(p), path, key);                                                          \
+    return read
 
 int wj_str(json_t *obj, const char *path, const char *key, int req, char **out,
            struct wire_err *err)
@@ -160,8 +168,7 @@ int wj_value_numstr(json_t *v, const char *path, char **out, struct wire_err *er
     char *s = NULL;
     enum jval_rc rc = jval_numstr(v, WIRE_STR_MAX, &s);
     if (rc != JVAL_OK)
-        return string_fail(rc, v, path, "a string or an integer",
-                           err);
+        return string_fail(rc, v, path, "a string or an integer", err);
     free(*out);
     *out = s;
     return 0;
@@ -177,8 +184,7 @@ int wj_value_portstr(json_t *v, const char *path, char **out, struct wire_err *e
         return -EINVAL;
     }
     if (rc != JVAL_OK)
-        return string_fail(rc, v, path, "a string or an integer",
-                           err);
+        return string_fail(rc, v, path, "a string or an integer", err);
     free(*out);
     *out = s;
     return 0;

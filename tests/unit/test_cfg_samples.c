@@ -134,9 +134,11 @@ static void check_node_manager(const char *key, const char *path, json_t *want)
     char *envtag = strchr(role, '|');
     *envtag++ = '\0';
     const char *env[] = {strcmp(envtag, "-") == 0 ? NULL : envtag, NULL};
-    struct nm_config_opts o = {
-        .config_path = path, .role = role, .env = nm_env_from_array, .env_ud = env,
-        .motor_bin = "motor"};
+    struct nm_config_opts o = {.config_path = path,
+                               .role = role,
+                               .env = nm_env_from_array,
+                               .env_ud = env,
+                               .motor_bin = "motor"};
     struct cfg_errors errs;
     cfg_errors_init(&errs, "");
     struct nm_config *c = nm_config_load(&o, &errs);

@@ -74,13 +74,12 @@ static const struct cfgtab_row rows[] = {
     {"api.host", CFGTAB_STRING, OFF(host), .flags = CFGTAB_NONEMPTY, .env = "TEST_CFGTAB_HOST",
      .def_s = "127.0.0.1", .doc = "bind address"},
     {"api.port", CFGTAB_INT, OFF(port), .min = 1, .max = 65535, .def_i = 80},
-    {"size_mib", CFGTAB_INT64, OFF(size), .flags = CFGTAB_LIVE, .min = 1, .max = 100,
-     .def_i = 2, .scale = 1 << 20},
+    {"size_mib", CFGTAB_INT64, OFF(size), .flags = CFGTAB_LIVE, .min = 1, .max = 100, .def_i = 2,
+     .scale = 1 << 20},
     {"cap", CFGTAB_SIZE, OFF(cap), .flags = CFGTAB_LIVE, .min = 0, .max = 1000, .def_i = 7},
-    {"ratio", CFGTAB_DOUBLE, OFF(ratio), .flags = CFGTAB_LIVE | CFGTAB_NUMBER, .min = 0,
-     .max = 1, .def_d = 0.5},
-    {"wait", CFGTAB_MS, OFF(wait_ms), .flags = CFGTAB_LIVE, .min = 0.001, .max = 60,
-     .def_d = 1.5},
+    {"ratio", CFGTAB_DOUBLE, OFF(ratio), .flags = CFGTAB_LIVE | CFGTAB_NUMBER, .min = 0, .max = 1,
+     .def_d = 0.5},
+    {"wait", CFGTAB_MS, OFF(wait_ms), .flags = CFGTAB_LIVE, .min = 0.001, .max = 60, .def_d = 1.5},
     {"flag", CFGTAB_BOOL, OFF(flag), .flags = CFGTAB_LIVE | CFGTAB_MOTOR, .def_i = 1},
     {"mode", CFGTAB_ENUM, OFF(mode), .flags = CFGTAB_LIVE, .names = modes, .def_i = 1},
     {"level", CFGTAB_STRING, OFF(level), .flags = CFGTAB_LIVE, .def_s = "low", .check = upper_ok},
@@ -176,8 +175,7 @@ static void test_layers_and_values(void **state)
          "{'api':{'host':'h1','port':81},'size_mib':3,'ratio':1,'wait':0.25,'flag':false,"
          "'mode':'a','level':'LOW','list':'one','secret':'s3','dir':'/new',"
          "'tls':{'on':true,'file':'t.pem'},'alt':{'on':true},'unused':1}",
-         "{'api':{'port':82},'list':['p','q','r'],'level':'keep','old_dir':'/old'}", &errs,
-         &ctx);
+         "{'api':{'port':82},'list':['p','q','r'],'level':'keep','old_dir':'/old'}", &errs, &ctx);
     assert_string_equal(errs, "");
     assert_string_equal(c.host, "h1"); /* kept: the second block does not name it */
     assert_int_equal(c.port, 82);      /* replaced */
@@ -239,25 +237,24 @@ static void test_errors_collected(void **state)
          "'flag':1,'mode':'c','level':'mid','list':['ok','zz',3],'tls':5,'alt':7,"
          "'unused':2}",
          "{'list':[]}", &errs, NULL);
-    assert_string_equal(errs,
-                        "p.api.host: must not be empty\n"
-                        "p.api.port: must be an integer in [1, 65535], got 0\n"
-                        "p.size_mib: must be an integer in [1, 100], got 1.5\n"
-                        "p.cap: must be an integer in [0, 1000], got -1\n"
-                        "p.ratio: must be a number in [0, 1], got \"x\"\n"
-                        "p.wait: must be a number in [0.001, 60], got 0\n"
-                        "p.flag: must be true or false, got 1\n"
-                        "p.mode: must be one of \"a\", \"b\", got \"c\"\n"
-                        "p.level: must be low or high, got \"mid\"\n"
-                        "p.list[1]: must not contain z\n"
-                        "p.list[2]: must be a string, got 3\n"
-                        "p.dir: is required\n"
-                        "p.tls: must be an object, got 5\n"
-                        "p.alt: must be an object, got 7\n"
-                        "p.alt: must be an object, got 7\n"
-                        "p.unused: must be an integer in [0, 1], got 2\n"
-                        "p.list: must not be empty\n"
-                        "p.dir: is required\n");
+    assert_string_equal(errs, "p.api.host: must not be empty\n"
+                              "p.api.port: must be an integer in [1, 65535], got 0\n"
+                              "p.size_mib: must be an integer in [1, 100], got 1.5\n"
+                              "p.cap: must be an integer in [0, 1000], got -1\n"
+                              "p.ratio: must be a number in [0, 1], got \"x\"\n"
+                              "p.wait: must be a number in [0.001, 60], got 0\n"
+                              "p.flag: must be true or false, got 1\n"
+                              "p.mode: must be one of \"a\", \"b\", got \"c\"\n"
+                              "p.level: must be low or high, got \"mid\"\n"
+                              "p.list[1]: must not contain z\n"
+                              "p.list[2]: must be a string, got 3\n"
+                              "p.dir: is required\n"
+                              "p.tls: must be an object, got 5\n"
+                              "p.alt: must be an object, got 7\n"
+                              "p.alt: must be an object, got 7\n"
+                              "p.unused: must be an integer in [0, 1], got 2\n"
+                              "p.list: must not be empty\n"
+                              "p.dir: is required\n");
     /* invalid values kept the defaults */
     assert_string_equal(c.host, "127.0.0.1");
     assert_int_equal(c.port, 80);
@@ -302,7 +299,8 @@ static void test_markdown(void **state)
     const char *md = strbuf_str(&sb);
     static const char *const want[] = {
         "| key | type | default | reload | meaning |\n| --- | --- | --- | --- | --- |\n",
-        "| `api.host` | string | `$TEST_CFGTAB_HOST` or `\"127.0.0.1\"` | restart | bind address |\n",
+        ("| `api.host` | string | `$TEST_CFGTAB_HOST` or `\"127.0.0.1\"` | restart | bind "
+         "address |\n"),
         "| `api.port` | integer [1, 65535] | 80 | restart | |\n",
         "| `wait` | seconds [0.001, 60] | 1.5 | live | |\n",
         "| `flag` | boolean | true | live | (motor) |\n",
@@ -325,10 +323,8 @@ static void test_markdown(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_defaults),
-        cmocka_unit_test(test_layers_and_values),
-        cmocka_unit_test(test_errors_collected),
-        cmocka_unit_test(test_diff),
+        cmocka_unit_test(test_defaults),         cmocka_unit_test(test_layers_and_values),
+        cmocka_unit_test(test_errors_collected), cmocka_unit_test(test_diff),
         cmocka_unit_test(test_markdown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,7 +1,7 @@
 /* The docs' configuration key tables are the tables' own: each block between
  *   <!-- config-keys:NAME -->  and  <!-- /config-keys:NAME -->
- * in the docs (docs/NAME.md) must be exactly what cfgtab_markdown() makes of that table, so a key added,
- * renamed or re-ranged without its docs fails here.
+ * in the docs (docs/NAME.md) must be exactly what cfgtab_markdown() makes of that table, so a key
+ * added, renamed or re-ranged without its docs fails here.
  *
  * Also the generator: `test_config_docs --update` rewrites those blocks in place,
  * `test_config_docs --print NAME` prints one table. */
@@ -117,8 +117,7 @@ static int update(void)
         char *text = read_doc(docs[i].file);
         size_t a, b;
         if (!find_block(text, &docs[i], &a, &b)) {
-            fprintf(stderr, "%s: no <!-- config-keys:%s --> block\n", docs[i].file,
-                    docs[i].name);
+            fprintf(stderr, "%s: no <!-- config-keys:%s --> block\n", docs[i].file, docs[i].name);
             free(text);
             return 1;
         }
