@@ -1,5 +1,6 @@
 #include "common/cfg.h"
 
+#include "common/jval.h"
 #include "common/strbuf.h"
 #include "common/util.h"
 
@@ -114,7 +115,7 @@ const char *cfg_errors_text(const struct cfg_errors *e)
 
 /* Shortest "%.*g" that reads back as the same double, so bounds and values print as
  * the operator wrote them (0.001, not 0.0010000000000000000208). */
-static void fmt_double(double v, char *buf, size_t cap)
+void cfg_fmt_double(double v, char *buf, size_t cap)
 {
     if (isnan(v)) {
         snprintf(buf, cap, "nan");
@@ -154,7 +155,7 @@ static char *render_value(const json_t *v)
         snprintf(num, sizeof(num), "%" JSON_INTEGER_FORMAT, json_integer_value(v));
         return xstrdup(num);
     case JSON_REAL:
-        fmt_double(json_real_value(v), num, sizeof(num));
+        cfg_fmt_double(json_real_value(v), num, sizeof(num));
         return xstrdup(num);
     case JSON_STRING: {
         const char *s = json_string_value(v);
@@ -220,8 +221,7 @@ json_t *cfg_lookup(json_t *obj, const char *path)
     return walk(obj, path, NULL, NULL);
 }
 
-/* Lookup for getters: a non-object on the way is reported once, at its own path. */
-static json_t *lookup_checked(json_t *obj, const char *path, struct cfg_errors *e)
+json_t *cfg_get_value(json_t *obj, const char *path, struct cfg_errors *e)
 {
     json_t *bad = NULL;
     size_t bad_len = 0;
@@ -243,105 +243,65 @@ static void type_error(struct cfg_errors *e, const char *path, const char *rule,
     free(shown);
 }
 
-/* ---- getters ------------------------------------------------------------------------ */
+/* ---- readers: the configuration's wording of jval's verdicts (common/jval.h) ---------- */
 
-int64_t cfg_get_int(json_t *obj, const char *path, int64_t def, int64_t min, int64_t max,
-                    struct cfg_errors *e)
+bool cfg_read_int(json_t *v, const char *path, int64_t min, int64_t max, int64_t *out,
+                  struct cfg_errors *e)
 {
-    json_t *v = lookup_checked(obj, path, e);
-    if (!v)
-        return def;
+    if (jval_int(v, min, max, 0, out) == JVAL_OK)
+        return true;
     char rule[128];
     snprintf(rule, sizeof(rule), "must be an integer in [%" PRId64 ", %" PRId64 "]", min, max);
-    int64_t x;
-    if (json_is_integer(v)) {
-        x = (int64_t)json_integer_value(v);
-    } else if (json_is_real(v)) {
-        double d = json_real_value(v);
-        /* 2^63 is exactly representable; anything at or above it does not fit. */
-        if (!isfinite(d) || floor(d) != d || d < -9223372036854775808.0 ||
-            d >= 9223372036854775808.0) {
-            type_error(e, path, rule, v);
-            return def;
-        }
-        x = (int64_t)d;
-    } else {
-        type_error(e, path, rule, v);
-        return def;
-    }
-    if (x < min || x > max) {
-        type_error(e, path, rule, v);
-        return def;
-    }
-    return x;
+    type_error(e, path, rule, v);
+    return false;
 }
 
-double cfg_get_double(json_t *obj, const char *path, double def, double min, double max,
-                      struct cfg_errors *e)
+bool cfg_read_double(json_t *v, const char *path, double min, double max, double *out,
+                     struct cfg_errors *e)
 {
-    json_t *v = lookup_checked(obj, path, e);
-    if (!v)
-        return def;
+    if (jval_double(v, min, max, out) == JVAL_OK)
+        return true;
     char lo[40], hi[40], rule[128];
-    fmt_double(min, lo, sizeof(lo));
-    fmt_double(max, hi, sizeof(hi));
+    cfg_fmt_double(min, lo, sizeof(lo));
+    cfg_fmt_double(max, hi, sizeof(hi));
     snprintf(rule, sizeof(rule), "must be a number in [%s, %s]", lo, hi);
-    if (!json_is_number(v)) {
-        type_error(e, path, rule, v);
-        return def;
-    }
-    double d = json_number_value(v);
-    if (!isfinite(d) || d < min || d > max) {
-        type_error(e, path, rule, v);
-        return def;
-    }
-    return d;
+    type_error(e, path, rule, v);
+    return false;
 }
 
-bool cfg_get_bool(json_t *obj, const char *path, bool def, struct cfg_errors *e)
+bool cfg_read_bool(json_t *v, const char *path, bool *out, struct cfg_errors *e)
 {
-    json_t *v = lookup_checked(obj, path, e);
-    if (!v)
-        return def;
-    if (!json_is_boolean(v)) {
-        type_error(e, path, "must be true or false", v);
-        return def;
-    }
-    return json_is_true(v);
+    if (jval_bool(v, out) == JVAL_OK)
+        return true;
+    type_error(e, path, "must be true or false", v);
+    return false;
 }
 
-/* A string value or NULL (after recording an error). */
-static const char *string_value(json_t *v, const char *path, const char *rule,
-                                struct cfg_errors *e)
+/* The error of a failed string read (JVAL_TYPE, JVAL_NUL or JVAL_NOMATCH). */
+static void string_error(struct cfg_errors *e, const char *path, enum jval_rc rc, const char *rule,
+                         const json_t *v)
 {
-    if (!json_is_string(v)) {
-        type_error(e, path, rule, v);
-        return NULL;
-    }
-    const char *s = json_string_value(v);
-    /* An embedded NUL would silently shorten a path or command handed to C APIs. */
-    if (strlen(s) != json_string_length(v)) {
+    if (rc == JVAL_NUL)
         cfg_error(e, path, "must not contain NUL characters");
-        return NULL;
-    }
-    return s;
+    else
+        type_error(e, path, rule, v);
 }
 
-const char *cfg_get_string(json_t *obj, const char *path, const char *def, struct cfg_errors *e)
+bool cfg_read_string(json_t *v, const char *path, const char **out, struct cfg_errors *e)
 {
-    json_t *v = lookup_checked(obj, path, e);
-    if (!v)
-        return def;
-    const char *s = string_value(v, path, "must be a string", e);
-    return s ? s : def;
+    enum jval_rc rc = jval_string(v, SIZE_MAX, out, NULL);
+    if (rc == JVAL_OK)
+        return true;
+    string_error(e, path, rc, "must be a string", v);
+    return false;
 }
 
-const char *cfg_get_enum(json_t *obj, const char *path, const char *def,
-                         const char *const *allowed, struct cfg_errors *e)
+bool cfg_read_enum(json_t *v, const char *path, const char *const *allowed, int *index,
+                   struct cfg_errors *e)
 {
-    json_t *v = lookup_checked(obj, path, e);
-    if (!v)
-        return def;
+    enum jval_rc rc = jval_enum(v, allowed, index);
+    if (rc == JVAL_OK)
+        return true;
     struct strbuf rule;
     strbuf_init(&rule, 4096);
     (void)strbuf_puts(&rule, "must be one of ");
@@ -354,47 +314,84 @@ const char *cfg_get_enum(json_t *obj, const char *path, const char *def,
         strbuf_reset(&rule);
         (void)strbuf_puts(&rule, "must be one of the allowed values");
     }
-    const char *s = string_value(v, path, strbuf_str(&rule), e);
-    const char *result = def;
-    if (s) {
-        bool found = false;
-        for (size_t i = 0; allowed && allowed[i]; i++) {
-            if (strcmp(s, allowed[i]) == 0) {
-                found = true;
-                break;
-            }
-        }
-        if (found)
-            result = s;
-        else
-            type_error(e, path, strbuf_str(&rule), v);
-    }
+    string_error(e, path, rc, strbuf_str(&rule), v);
     strbuf_release(&rule);
-    return result;
+    return false;
+}
+
+/* ---- getters: lookup, then a reader ------------------------------------------------- */
+
+int64_t cfg_get_int(json_t *obj, const char *path, int64_t def, int64_t min, int64_t max,
+                    struct cfg_errors *e)
+{
+    json_t *v = cfg_get_value(obj, path, e);
+    int64_t x;
+    return v && cfg_read_int(v, path, min, max, &x, e) ? x : def;
+}
+
+double cfg_get_double(json_t *obj, const char *path, double def, double min, double max,
+                      struct cfg_errors *e)
+{
+    json_t *v = cfg_get_value(obj, path, e);
+    double d;
+    return v && cfg_read_double(v, path, min, max, &d, e) ? d : def;
+}
+
+bool cfg_get_bool(json_t *obj, const char *path, bool def, struct cfg_errors *e)
+{
+    json_t *v = cfg_get_value(obj, path, e);
+    bool b;
+    return v && cfg_read_bool(v, path, &b, e) ? b : def;
+}
+
+const char *cfg_get_string(json_t *obj, const char *path, const char *def, struct cfg_errors *e)
+{
+    json_t *v = cfg_get_value(obj, path, e);
+    const char *s;
+    return v && cfg_read_string(v, path, &s, e) ? s : def;
+}
+
+int cfg_get_enum_index(json_t *obj, const char *path, int def, const char *const *allowed,
+                       struct cfg_errors *e)
+{
+    json_t *v = cfg_get_value(obj, path, e);
+    int i;
+    return v && cfg_read_enum(v, path, allowed, &i, e) ? i : def;
+}
+
+const char *cfg_get_enum(json_t *obj, const char *path, const char *def, const char *const *allowed,
+                         struct cfg_errors *e)
+{
+    int i = cfg_get_enum_index(obj, path, -1, allowed, e);
+    return i >= 0 ? allowed[i] : def;
+}
+
+bool cfg_read_object(json_t *v, const char *path, struct cfg_errors *e)
+{
+    if (json_is_object(v))
+        return true;
+    type_error(e, path, "must be an object", v);
+    return false;
+}
+
+bool cfg_read_array(json_t *v, const char *path, struct cfg_errors *e)
+{
+    if (jval_array(v, SIZE_MAX) == JVAL_OK)
+        return true;
+    type_error(e, path, "must be an array", v);
+    return false;
 }
 
 json_t *cfg_get_object(json_t *obj, const char *path, struct cfg_errors *e)
 {
-    json_t *v = lookup_checked(obj, path, e);
-    if (!v)
-        return NULL;
-    if (!json_is_object(v)) {
-        type_error(e, path, "must be an object", v);
-        return NULL;
-    }
-    return v;
+    json_t *v = cfg_get_value(obj, path, e);
+    return v && cfg_read_object(v, path, e) ? v : NULL;
 }
 
 json_t *cfg_get_array(json_t *obj, const char *path, struct cfg_errors *e)
 {
-    json_t *v = lookup_checked(obj, path, e);
-    if (!v)
-        return NULL;
-    if (!json_is_array(v)) {
-        type_error(e, path, "must be an array", v);
-        return NULL;
-    }
-    return v;
+    json_t *v = cfg_get_value(obj, path, e);
+    return v && cfg_read_array(v, path, e) ? v : NULL;
 }
 
 /* ---- loading ------------------------------------------------------------------------ */

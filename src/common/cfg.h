@@ -11,7 +11,9 @@
  *   if (cfg_errors_count(&errs)) { fprintf(stderr, "%s\n", cfg_errors_text(&errs)); exit(1); }
  *
  * Types are strict: booleans are not numbers, numbers are not booleans; an integer
- * getter accepts a JSON real only when it has no fraction (2.0). A path through a
+ * getter accepts a JSON real only when it has no fraction (2.0). The checks themselves
+ * are common/jval.h's, shared with the wire parsers; this module words them (the
+ * offending value shown) and collects them. A path through a
  * non-object ("a.b" where a is 5) is reported once at the offending prefix ("a: must be
  * an object, got 5"). Keys containing '.' cannot be addressed by a path. Strings with
  * an embedded NUL are rejected. Control characters in recorded lines are shown as \xNN
@@ -52,6 +54,23 @@ json_t *cfg_load_buffer(const char *data, size_t len, struct cfg_errors *e);
 
 /* Look up a dot path; NULL when missing or null. Borrowed reference. */
 json_t *cfg_lookup(json_t *obj, const char *path);
+/* The same for getters: a non-object on the way is reported once, at its own path
+ * ("a: must be an object, got 5"). */
+json_t *cfg_get_value(json_t *obj, const char *path, struct cfg_errors *e);
+
+/* Readers of one value v (not NULL) found at path, for callers that walked to it
+ * themselves (cfgtab.h): true with *out set, or false with the error recorded. The
+ * messages are the getters'. *out of cfg_read_string is borrowed from v. */
+bool cfg_read_int(json_t *v, const char *path, int64_t min, int64_t max, int64_t *out,
+                  struct cfg_errors *e);
+bool cfg_read_double(json_t *v, const char *path, double min, double max, double *out,
+                     struct cfg_errors *e);
+bool cfg_read_bool(json_t *v, const char *path, bool *out, struct cfg_errors *e);
+bool cfg_read_string(json_t *v, const char *path, const char **out, struct cfg_errors *e);
+bool cfg_read_enum(json_t *v, const char *path, const char *const *allowed, int *index,
+                   struct cfg_errors *e);
+bool cfg_read_object(json_t *v, const char *path, struct cfg_errors *e);
+bool cfg_read_array(json_t *v, const char *path, struct cfg_errors *e);
 
 int64_t cfg_get_int(json_t *obj, const char *path, int64_t def, int64_t min, int64_t max,
                     struct cfg_errors *e);
@@ -60,12 +79,20 @@ double cfg_get_double(json_t *obj, const char *path, double def, double min, dou
 bool cfg_get_bool(json_t *obj, const char *path, bool def, struct cfg_errors *e);
 /* Borrowed string (owned by obj) or def. */
 const char *cfg_get_string(json_t *obj, const char *path, const char *def, struct cfg_errors *e);
-/* One of allowed (NULL-terminated list; compared case-sensitively) or def. */
-const char *cfg_get_enum(json_t *obj, const char *path, const char *def,
-                         const char *const *allowed, struct cfg_errors *e);
+/* One of allowed (NULL-terminated list; compared case-sensitively; the result is the
+ * allowed[] entry) or def. */
+const char *cfg_get_enum(json_t *obj, const char *path, const char *def, const char *const *allowed,
+                         struct cfg_errors *e);
+/* The same as an index into allowed, def when missing or invalid. */
+int cfg_get_enum_index(json_t *obj, const char *path, int def, const char *const *allowed,
+                       struct cfg_errors *e);
 /* An object (borrowed) or NULL when missing; wrong type => error and NULL. */
 json_t *cfg_get_object(json_t *obj, const char *path, struct cfg_errors *e);
 json_t *cfg_get_array(json_t *obj, const char *path, struct cfg_errors *e);
+
+/* The shortest "%g" rendering of v that reads back as v (0.001, not 0.00100000000000000002),
+ * as messages show numbers. */
+void cfg_fmt_double(double v, char *buf, size_t cap);
 
 /* Secret files (API keys, key passwords): at most this many bytes are read. */
 #define CFG_SECRET_MAX 4096

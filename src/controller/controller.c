@@ -82,7 +82,8 @@ static void usage(FILE *out)
             "them, tracks their health, runs the fault-tolerance strategies and tells the\n"
             "coordinator which instances are routable.\n\n"
             "  --config PATH      user_config.json (default: $USER_CONFIG_PATH, $CONFIG_PATH)\n"
-            "  --check-config     validate the configuration, print every error, exit\n"
+            "  --check-config     print the effective configuration as JSON and exit 0, or\n"
+            "                     every error and exit 1\n"
             "  --host ADDR        bind address (api_config.controller_api_host)\n"
             "  --port N           API port (default 1026; 0 = ephemeral)\n"
             "  --log-level LEVEL  debug, info, warn, error (default info)\n"
@@ -130,14 +131,8 @@ static int load_config(struct ctl *c, const struct cli_args *a)
     }
     if (a->port >= 0)
         c->cfg.port = a->port;
-    if (a->check) {
-        printf("motor controller: configuration OK (%s): api %s:%d, store %s, coordinator %s:%d, "
-               "fault tolerance %s, relaunch %s, dp scale-down %s\n",
-               path ? path : "defaults", c->cfg.host, c->cfg.port, ctlcfg_store_name(c->cfg.store),
-               c->cfg.coordinator_host, c->cfg.coordinator_port, c->cfg.ft_enable ? "on" : "off",
-               c->cfg.relaunch_enable ? "on" : "off", c->cfg.scale_down_enable ? "on" : "off");
-        return 1;
-    }
+    if (a->check)
+        return ctlcfg_print_check(&c->cfg, path) == 0 ? 1 : -EIO;
     log_info("config_loaded", LF_STR("path", path), LF_STR("host", c->cfg.host),
              LF_INT("port", c->cfg.port), LF_STR("store", ctlcfg_store_name(c->cfg.store)),
              LF_STR("coordinator", c->cfg.coordinator_host),

@@ -1,113 +1,26 @@
+/* ctl_config — motor_controller_config as a table (common/cfgtab.h), plus what no row
+ * says: the whole-file shape, upstream's etcd_config switch, TLS files that must exist,
+ * the coordinator's key file. */
 #include "controller/ctl_config.h"
 
+#include "common/cfgtab.h"
 #include "common/util.h"
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+enum { SRC_CTL, SRC_DEPLOY, SRC_COORD };
+static const char *const src_names[] = {"", "motor_deploy_config", "motor_coordinator_config"};
 
-static const char *env_or(const char *name, const char *def)
-{
-    const char *v = getenv(name);
-    return v && *v ? v : def;
-}
-
-void ctlcfg_init(struct ctlcfg *c)
-{
-    memset(c, 0, sizeof(*c));
-    c->host = xstrdup(env_or("POD_IP", "127.0.0.1"));
-    c->port = 1026;
-    c->obs_port = 1027;
-    c->assemble_timeout_ms = 600000;
-    c->assembler_check_ms = 30000;
-    c->cmd_send_interval_ms = 30000;
-    c->manager_check_ms = 1000;
-    c->hb_timeout_active_ms = 10000;
-    c->hb_timeout_other_ms = 300000;
-    c->expired_timeout_ms = 1200000;
-    c->send_cmd_retry_times = 3;
-    c->start_cmd_timeout_ms = 5000;
-    c->nm_probe_timeout_ms = 3000;
-    c->coordinator_push = true;
-    c->coordinator_host = xstrdup(env_or("COORDINATOR_SERVICE", "127.0.0.1"));
-    c->coordinator_port = 1026;
-    c->coordinator_hb_ms = 10000;
-    c->coordinator_sync_ms = 300000;
-    c->coordinator_timeout_ms = 5000;
-    c->ft_enable = true;
-    c->strategy_check_ms = 10000;
-    c->fault_window_ms = 60000;
-    c->relaunch_enable = true;
-    c->relaunch_timeout_ms = 600000;
-    c->relaunch_poll_ms = 5000;
-    c->relaunch_retries = 3;
-    c->relaunch_unreachable = 3;
-    c->relaunch_backoff_ms = 2000;
-    c->sd_request_timeout_ms = 11000;
-    c->sd_poll_ms = 1000;
-    c->sd_deadline_ms = 30000;
-    c->reconfig_enable = true;
-    c->store = CTLCFG_STORE_SQLITE;
-    c->sqlite_path = xstrdup("motor-controller.db");
-    c->etcd_endpoints = xcalloc(2, sizeof(char *));
-    c->etcd_endpoints[0] = xstrdup("http://127.0.0.1:2379");
-    c->n_etcd_endpoints = 1;
-    c->etcd_prefix = xstrdup("/motor/controller/");
-    c->etcd_lease_ttl_s = 15;
-    c->etcd_timeout_ms = 5000;
-    c->leader_retry_ms = 5000;
-}
-
-static void tls_release(struct ctlcfg_tls *t)
-{
-    free(t->ca_file);
-    free(t->cert_file);
-    free(t->key_file);
-    if (t->key_password)
-        explicit_bzero(t->key_password, strlen(t->key_password));
-    free(t->key_password);
-    memset(t, 0, sizeof(*t));
-}
-
-static void free_endpoints(struct ctlcfg *c)
-{
-    for (size_t i = 0; c->etcd_endpoints && i < c->n_etcd_endpoints; i++)
-        free(c->etcd_endpoints[i]);
-    free(c->etcd_endpoints);
-    c->etcd_endpoints = NULL;
-    c->n_etcd_endpoints = 0;
-}
-
-void ctlcfg_release(struct ctlcfg *c)
-{
-    if (!c)
-        return;
-    free(c->host);
-    tls_release(&c->tls);
-    free(c->coordinator_host);
-    if (c->coordinator_key)
-        explicit_bzero(c->coordinator_key, strlen(c->coordinator_key));
-    free(c->coordinator_key);
-    free(c->sqlite_path);
-    free_endpoints(c);
-    free(c->etcd_prefix);
-    memset(c, 0, sizeof(*c));
-}
+static const char *const store_names[] = {"sqlite", "etcd", "memory", NULL};
 
 const char *ctlcfg_store_name(enum ctlcfg_store s)
 {
-    switch (s) {
-    case CTLCFG_STORE_SQLITE:
-        return "sqlite";
-    case CTLCFG_STORE_ETCD:
-        return "etcd";
-    case CTLCFG_STORE_MEMORY:
-        return "memory";
-    }
-    return "?";
+    return (unsigned)s < 3 ? store_names[s] : "?";
 }
 
 double ctlcfg_guard_lease_s(const struct ctlcfg *c)
@@ -118,42 +31,268 @@ double ctlcfg_guard_lease_s(const struct ctlcfg *c)
     return lease > 300.0 ? 300.0 : lease;
 }
 
-/* Seconds (int or real) in [min, max] into milliseconds. */
-static int64_t get_ms(json_t *obj, const char *path, int64_t def_ms, double min_s, double max_s,
-                      struct cfg_errors *e)
+/* passwd_file: the key password is read when the file is readable (a missing file is not
+ * an error: the key may be unencrypted); only whether one was loaded is shown. */
+static void passwd_parse(const struct cfgtab_row *r, void *base, json_t *v, const char *path,
+                         struct cfgtab_ctx *ctx)
 {
-    double v = cfg_get_double(obj, path, (double)def_ms / 1000.0, min_s, max_s, e);
-    return (int64_t)llround(v * 1000.0);
-}
-
-static void set_str(char **dst, const char *v)
-{
-    if (!v)
+    struct ctlcfg_tls *t = base;
+    const char *pw;
+    if (!cfg_read_string(v, path, &pw, ctx->errs) || !*pw || access(pw, R_OK) != 0)
         return;
-    free(*dst);
-    *dst = xstrdup(v);
-}
-
-/* The TLS keys of the block at path `at` of obj (missing block: nothing). */
-static void apply_tls(struct ctlcfg_tls *t, json_t *obj, const char *at, struct cfg_errors *e)
-{
-    if (!cfg_get_object(obj, at, e))
-        return;
-    char p[160];
-#define TLS_KEY(k) (snprintf(p, sizeof(p), "%s.%s", at, k), p)
-    t->enable = cfg_get_bool(obj, TLS_KEY("enable_tls"), t->enable, e);
-    set_str(&t->ca_file, cfg_get_string(obj, TLS_KEY("ca_file"), NULL, e));
-    set_str(&t->cert_file, cfg_get_string(obj, TLS_KEY("cert_file"), NULL, e));
-    set_str(&t->key_file, cfg_get_string(obj, TLS_KEY("key_file"), NULL, e));
-    const char *pw = cfg_get_string(obj, TLS_KEY("passwd_file"), NULL, e);
-#undef TLS_KEY
-    if (pw && *pw && access(pw, R_OK) == 0) {
-        char *secret = NULL;
-        if (cfg_read_secret(pw, &secret) == 0) {
-            free(t->key_password);
-            t->key_password = secret;
-        }
+    char *secret = NULL;
+    if (cfg_read_secret(pw, &secret) == 0) {
+        cfgtab_ops_loaded.release(r, base);
+        t->key_password = secret;
     }
+}
+
+static json_t *passwd_dump(const struct cfgtab_row *r, const void *base)
+{
+    return cfgtab_ops_loaded.dump(r, base);
+}
+
+static void passwd_release(const struct cfgtab_row *r, void *base)
+{
+    cfgtab_ops_loaded.release(r, base);
+}
+
+static const struct cfgtab_ops passwd_ops = {
+    .parse = passwd_parse, .dump = passwd_dump, .release = passwd_release};
+
+static const char *http_url(const char **s, char *buf, size_t cap)
+{
+    if (strncmp(*s, "http://", 7) == 0 || strncmp(*s, "https://", 8) == 0)
+        return NULL;
+    snprintf(buf, cap, "\"%.160s\" must start with http:// or https://", *s);
+    return buf;
+}
+
+#define TOFF(f) offsetof(struct ctlcfg_tls, f)
+
+static const struct cfgtab_row tls_rows[] = {
+    {"enable_tls", CFGTAB_BOOL, TOFF(enable), .doc = "turns it on"},
+    {"ca_file", CFGTAB_STRING, TOFF(ca_file), .doc = "must be readable when set"},
+    {"cert_file", CFGTAB_STRING, TOFF(cert_file), .doc = "required and readable with TLS"},
+    {"key_file", CFGTAB_STRING, TOFF(key_file), .doc = "required and readable with TLS"},
+    {"passwd_file", CFGTAB_CUSTOM, TOFF(key_password), .flags = CFGTAB_SECRET, .ops = &passwd_ops,
+     .dump = "key_password_loaded", .type_doc = "string",
+     .doc = "the key's password, read when the file is readable"},
+};
+static const struct cfgtab tls_table = CFGTAB_TABLE("tls", tls_rows, NULL);
+#define OFF(f) offsetof(struct ctlcfg, f)
+#define L CFGTAB_LIVE
+#define M CFGTAB_MOTOR
+#define SUB(rows_) (&(const struct cfgtab)CFGTAB_TABLE("", rows_, NULL))
+
+static const struct cfgtab_row api_rows[] = {
+    {"controller_api_host", CFGTAB_STRING, OFF(host), .flags = CFGTAB_NONEMPTY, .env = "POD_IP",
+     .def_s = "127.0.0.1", .doc = "bind address (`--host`)"},
+    {"controller_api_port", CFGTAB_INT, OFF(port), .min = 0, .max = 65535, .def_i = 1026,
+     .doc = "API port (0 = ephemeral; `--port`)"},
+    {"controller_api_dns", CFGTAB_STRING, 0, .flags = CFGTAB_ACCEPTED,
+     .doc = "where node managers find the controller"},
+    {"observability_api_port", CFGTAB_INT, OFF(obs_port), .min = 0, .max = 65535, .def_i = 1027,
+     .doc = "observability listener (0 = ephemeral), only with `observability_enable`"},
+};
+
+static const struct cfgtab_row instance_rows[] = {
+    {"instance_assemble_timeout", CFGTAB_MS, OFF(assemble_timeout_ms), .flags = L, .min = 0.1,
+     .max = 86400, .def_d = 600,
+     .doc = "an assembly not ready this long after its last registration is dropped"},
+    {"instance_assembler_check_interval", CFGTAB_MS, OFF(assembler_check_ms), .flags = L,
+     .min = 0.01, .max = 3600, .def_d = 30,
+     .doc = "assembler period (registrations also wake it at once)"},
+    {"instance_assembler_cmd_send_interval", CFGTAB_MS, OFF(cmd_send_interval_ms), .flags = L,
+     .min = 0.01, .max = 3600, .def_d = 30, .doc = "start-command retry period"},
+    {"instance_manager_check_interval", CFGTAB_MS, OFF(manager_check_ms), .flags = L, .min = 0.01,
+     .max = 3600, .def_d = 1, .doc = "heartbeat-timeout check period"},
+    {"instance_heartbeat_timeout", CFGTAB_MS, OFF(hb_timeout_active_ms), .flags = L, .min = 0.1,
+     .max = 86400, .def_d = 10, .doc = "heartbeat timeout while `active`"},
+    {"instance_heartbeat_timeout_inactive", CFGTAB_MS, OFF(hb_timeout_other_ms), .flags = L | M,
+     .min = 0.1, .max = 86400, .def_d = 300,
+     .doc = "heartbeat timeout in `initial` / `inactive` / `paused`"},
+    {"instance_expired_timeout", CFGTAB_MS, OFF(expired_timeout_ms), .flags = L, .min = 0.1,
+     .max = 864000, .def_d = 1200, .doc = "accepted, unused"},
+    {"send_cmd_retry_times", CFGTAB_INT, OFF(send_cmd_retry_times), .flags = L, .min = 1,
+     .max = 1000, .def_i = 3, .doc = "start-command attempts before giving up"},
+    {"start_cmd_timeout", CFGTAB_MS, OFF(start_cmd_timeout_ms), .flags = L | M, .min = 0.1,
+     .max = 600, .def_d = 5, .doc = "`/node-manager/start` (and `/stop`) request timeout"},
+    {"nm_probe_timeout", CFGTAB_MS, OFF(nm_probe_timeout_ms), .flags = L | M, .min = 0.1,
+     .max = 600, .def_d = 3, .doc = "reachability probes (`GET /node-manager/status`)"},
+};
+
+static const struct cfgtab_row event_rows[] = {
+    {"event_consumer_sleep_interval", CFGTAB_DOUBLE, 0, .flags = CFGTAB_ACCEPTED, .min = 0,
+     .max = 3600},
+    {"coordinator_heartbeat_interval", CFGTAB_MS, OFF(coordinator_hb_ms), .flags = L, .min = 0.05,
+     .max = 3600, .def_d = 10,
+     .doc = "`GET /liveness` of the coordinator; a restart or lost ones lead to a full set"},
+    {"coordinator_set_sync_interval", CFGTAB_MS, OFF(coordinator_sync_ms), .flags = L, .min = 0,
+     .max = 86400, .def_d = 300, .doc = "periodic full set (0 = off)"},
+    {"coordinator_push", CFGTAB_BOOL, OFF(coordinator_push), .flags = L | M, .def_i = 1,
+     .doc = "false: never talk to a coordinator"},
+    {"coordinator_request_timeout", CFGTAB_MS, OFF(coordinator_timeout_ms), .flags = L | M,
+     .min = 0.1, .max = 600, .def_d = 5, .doc = "push timeout"},
+};
+
+static const struct cfgtab_row scale_down_rows[] = {
+    /* (0, 60]: a zero timeout or poll interval would spin. */
+    {"request_timeout_sec", CFGTAB_MS, OFF(sd_request_timeout_ms), .flags = L, .min = 0.001,
+     .max = 60, .def_d = 11, .doc = "node-manager request timeout"},
+    {"poll_interval_sec", CFGTAB_MS, OFF(sd_poll_ms), .flags = L, .min = 0.001, .max = 60,
+     .def_d = 1, .doc = "status poll period"},
+    {"execution_deadline_sec", CFGTAB_MS, OFF(sd_deadline_ms), .flags = L, .min = 1, .max = 600,
+     .def_d = 30,
+     .doc = "deadline of each wait; guard lease = 2×deadline + 4×timeout + max(5, poll), at "
+            "most 300"},
+};
+
+static const struct cfgtab_row ft_rows[] = {
+    {"enable_fault_tolerance", CFGTAB_BOOL, OFF(ft_enable), .flags = L, .def_i = 1,
+     .doc = "false: fault reports are not accepted, no strategies"},
+    {"strategy_center_check_interval", CFGTAB_MS, OFF(strategy_check_ms), .flags = L, .min = 0.01,
+     .max = 3600, .def_d = 10, .doc = "strategy center period (a DEAD report also wakes it)"},
+    {"fault_collection_timeout_seconds", CFGTAB_MS, OFF(fault_window_ms), .flags = L, .min = 0.1,
+     .max = 86400, .def_d = 60, .doc = "a reported fault no strategy consumed expires after this"},
+    {"enable_token_reinference", CFGTAB_BOOL, 0, .flags = CFGTAB_ACCEPTED},
+    {"enable_engine_relaunch", CFGTAB_BOOL, OFF(relaunch_enable), .flags = L, .def_i = 1,
+     .doc = "EngineRelaunchStrategy for DEAD engines"},
+    {"engine_relaunch_complete_timeout_sec", CFGTAB_MS, OFF(relaunch_timeout_ms), .flags = L,
+     .min = 0.1, .max = 86400, .def_d = 600, .doc = "relaunch deadline"},
+    {"engine_relaunch_poll_interval_sec", CFGTAB_MS, OFF(relaunch_poll_ms), .flags = L, .min = 0.01,
+     .max = 3600, .def_d = 5, .doc = "relaxed-status poll period"},
+    {"engine_relaunch_dispatch_retries", CFGTAB_INT, OFF(relaunch_retries), .flags = L, .min = 1,
+     .max = 100, .def_i = 3, .doc = "attempts of the probe and of the dispatch"},
+    {"engine_relaunch_nm_unreachable_threshold", CFGTAB_INT, OFF(relaunch_unreachable), .flags = L,
+     .min = 1, .max = 1000, .def_i = 3, .doc = "failed polls in a row that fail the relaunch"},
+    {"engine_relaunch_dispatch_backoff_sec", CFGTAB_MS, OFF(relaunch_backoff_ms), .flags = L | M,
+     .min = 0, .max = 600, .def_d = 2, .doc = "pause between those attempts"},
+    {"enable_dp_scale_down", CFGTAB_BOOL, OFF(scale_down_enable), .flags = L,
+     .doc = "DpScaleDownStrategy when the gate allows it"},
+    {"enable_dp_scale_up", CFGTAB_BOOL, OFF(scale_up_enable), .flags = L,
+     .doc = "after a scale-down, stop node managers left without a rank"},
+    {"enable_reconfiguration", CFGTAB_BOOL, OFF(reconfig_enable), .flags = L | M, .def_i = 1,
+     .doc = "false: a failed relaunch does not stop the node managers"},
+    {"dp_scale_down_config", CFGTAB_GROUP, 0, .flags = L | CFGTAB_OBJECT,
+     .sub = SUB(scale_down_rows)},
+};
+
+static const struct cfgtab_row etcd_rows[] = {
+    {"etcd_host", CFGTAB_STRING, OFF(etcd_host), .def_s = "etcd.default.svc.cluster.local"},
+    {"etcd_port", CFGTAB_INT, OFF(etcd_port), .min = 1, .max = 65535, .def_i = 2379},
+    {"enable_etcd_persistence", CFGTAB_BOOL, OFF(etcd_persistence),
+     .doc = "with no `store_config.backend`: the store is etcd at `http://etcd_host:etcd_port`"},
+    {"etcd_timeout", CFGTAB_MS, OFF(etcd_timeout_ms), .flags = CFGTAB_OVERRIDE, .min = 0.1,
+     .max = 600, .doc = "as `store_config.etcd_timeout`, which wins"},
+};
+
+static const struct cfgtab_row standby_rows[] = {
+    {"master_lock_ttl", CFGTAB_INT, OFF(etcd_lease_ttl_s), .flags = CFGTAB_OVERRIDE, .min = 1,
+     .max = 3600, .doc = "as `store_config.etcd_lease_ttl`, which wins"},
+    {"master_lock_retry_interval", CFGTAB_MS, OFF(leader_retry_ms), .flags = CFGTAB_OVERRIDE,
+     .min = 0.05, .max = 3600, .doc = "as `store_config.leader_retry_interval`, which wins"},
+    {"enable_master_standby", CFGTAB_BOOL, 0, .flags = CFGTAB_ACCEPTED},
+    {"master_lock_key", CFGTAB_STRING, 0, .flags = CFGTAB_ACCEPTED},
+};
+
+static const char *const default_endpoints[] = {"http://127.0.0.1:2379", NULL};
+
+static const struct cfgtab_row store_rows[] = {
+    {"backend", CFGTAB_ENUM, OFF(store), .flags = M, .names = store_names,
+     .def_i = CTLCFG_STORE_SQLITE, .doc = "`memory`: nothing persists"},
+    {"sqlite_path", CFGTAB_STRING, OFF(sqlite_path), .flags = M | CFGTAB_NONEMPTY,
+     .def_s = "motor-controller.db", .doc = "the database (WAL; leader lock in `<path>.lock`)"},
+    {"etcd_endpoints", CFGTAB_STRLIST, OFF(etcd_endpoints), OFF(n_etcd_endpoints),
+     .flags = M | CFGTAB_NONEMPTY | CFGTAB_ONE_OR_LIST, .def_list = default_endpoints,
+     .check = http_url, .doc = "etcd members, tried in turn"},
+    {"etcd_prefix", CFGTAB_STRING, OFF(etcd_prefix), .flags = M | CFGTAB_NONEMPTY,
+     .def_s = "/motor/controller/", .doc = "key prefix"},
+    {"etcd_lease_ttl", CFGTAB_INT, OFF(etcd_lease_ttl_s), .flags = M, .min = 1, .max = 3600,
+     .def_i = 15, .def_doc = "15 (or `standby_config.master_lock_ttl`)", .doc = "leader lease"},
+    {"etcd_timeout", CFGTAB_MS, OFF(etcd_timeout_ms), .flags = M, .min = 0.1, .max = 600,
+     .def_d = 5, .def_doc = "5 (or `etcd_config.etcd_timeout`)", .doc = "etcd request timeout"},
+    {"leader_retry_interval", CFGTAB_MS, OFF(leader_retry_ms), .flags = M, .min = 0.05, .max = 3600,
+     .def_d = 5, .def_doc = "5 (or `standby_config.master_lock_retry_interval`)",
+     .doc = "standby campaign period, also the store's write-retry period"},
+};
+
+static const struct cfgtab_row coord_api_rows[] = {
+    {"coordinator_api_dns", CFGTAB_STRING, OFF(coordinator_host), .flags = CFGTAB_NONEMPTY,
+     .env = "COORDINATOR_SERVICE", .def_s = "127.0.0.1", .doc = "where pushes go"},
+    {"coordinator_api_mgmt_port", CFGTAB_INT, OFF(coordinator_port), .min = 1, .max = 65535,
+     .def_i = 1026, .doc = "the coordinator's management port"},
+};
+
+static const struct cfgtab_row coord_key_rows[] = {
+    {"enable_api_key", CFGTAB_BOOL, OFF(coordinator_key_enable),
+     .doc = "send the key as `X-Motor-Management-Key` on pushes"},
+    {"api_key_file", CFGTAB_STRING, OFF(coordinator_key_file),
+     .doc = "the key: the file's first line (read when enabled)"},
+    {"key_loaded", CFGTAB_CUSTOM, OFF(coordinator_key), .flags = CFGTAB_DERIVED | CFGTAB_SECRET,
+     .ops = &cfgtab_ops_loaded},
+};
+
+static const struct cfgtab_row rows[] = {
+    {"api_config", CFGTAB_GROUP, 0, .flags = CFGTAB_OBJECT, .sub = SUB(api_rows)},
+    {"observability_config.observability_enable", CFGTAB_BOOL, OFF(obs_enable),
+     .doc = "serve `/observability/{alarms,inventory,metrics}` on the observability port"},
+    {"observability_config.metrics_ttl", CFGTAB_DOUBLE, 0, .flags = CFGTAB_ACCEPTED, .min = 0,
+     .max = 86400},
+    {"mgmt_tls_config", CFGTAB_GROUP, OFF(tls), .flags = CFGTAB_OBJECT, .sub = &tls_table,
+     .doc = "HTTPS on the API (a `ca_file` makes it mutual TLS) and client TLS towards node "
+            "managers, the coordinator and `https://` etcd endpoints"},
+    {"instance_config", CFGTAB_GROUP, 0, .flags = L | CFGTAB_OBJECT, .sub = SUB(instance_rows)},
+    {"event_config", CFGTAB_GROUP, 0, .flags = L | CFGTAB_OBJECT, .sub = SUB(event_rows)},
+    {"fault_tolerance_config", CFGTAB_GROUP, 0, .flags = L | CFGTAB_OBJECT, .sub = SUB(ft_rows)},
+    {"etcd_config", CFGTAB_GROUP, 0, .flags = CFGTAB_OBJECT, .sub = SUB(etcd_rows)},
+    {"standby_config", CFGTAB_GROUP, 0, .flags = CFGTAB_OBJECT, .sub = SUB(standby_rows)},
+    {"store_config", CFGTAB_GROUP, 0, .flags = CFGTAB_OBJECT, .sub = SUB(store_rows)},
+    /* The deploy block's TLS overrides the controller block's (same keys, not dumped). */
+    {"tls_config.mgmt_tls_config", CFGTAB_GROUP, OFF(tls), .src = SRC_DEPLOY,
+     .flags = CFGTAB_OBJECT | CFGTAB_OVERRIDE, .sub = &tls_table,
+     .doc = "overrides `mgmt_tls_config`"},
+    {"api_config", CFGTAB_GROUP, 0, .src = SRC_COORD, .flags = L | CFGTAB_OBJECT,
+     .sub = SUB(coord_api_rows), .dump = "motor_coordinator_config.api_config"},
+    {"mgmt_api_key_config", CFGTAB_GROUP, 0, .src = SRC_COORD, .flags = L | CFGTAB_OBJECT,
+     .sub = SUB(coord_key_rows), .dump = "motor_coordinator_config.mgmt_api_key_config"},
+};
+
+const struct cfgtab ctlcfg_cfgtab = CFGTAB_TABLE("controller", rows, src_names);
+
+void ctlcfg_init(struct ctlcfg *c)
+{
+    cfgtab_init(&ctlcfg_cfgtab, c, sizeof(*c), NULL);
+}
+
+void ctlcfg_release(struct ctlcfg *c)
+{
+    if (c)
+        cfgtab_release(&ctlcfg_cfgtab, c);
+}
+
+json_t *ctlcfg_to_json(const struct ctlcfg *c)
+{
+    return cfgtab_dump(&ctlcfg_cfgtab, c);
+}
+
+int ctlcfg_print_check(const struct ctlcfg *c, const char *path)
+{
+    json_t *j = ctlcfg_to_json(c);
+    json_object_set_new(j, "config_path", path && *path ? json_string(path) : json_null());
+    char *text = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(15));
+    json_decref(j);
+    if (!text)
+        return 1;
+    printf("%s\n", text);
+    free(text);
+    fprintf(stderr,
+            "motor controller: configuration OK (%s): api %s:%d, store %s, coordinator %s:%d, "
+            "fault tolerance %s, relaunch %s, dp scale-down %s\n",
+            path ? path : "defaults", c->host, c->port, ctlcfg_store_name(c->store),
+            c->coordinator_host, c->coordinator_port, c->ft_enable ? "on" : "off",
+            c->relaunch_enable ? "on" : "off", c->scale_down_enable ? "on" : "off");
+    return fflush(stdout) == 0 ? 0 : 1;
 }
 
 static void check_tls_files(struct ctlcfg_tls *t, const char *where, struct cfg_errors *e)
@@ -177,261 +316,80 @@ static void check_tls_files(struct ctlcfg_tls *t, const char *where, struct cfg_
     }
 }
 
-static void apply_store(struct ctlcfg *c, json_t *ctl, struct cfg_errors *e)
+/* Upstream's etcd_config switch: persistence makes the store etcd at etcd_host:etcd_port
+ * unless store_config says otherwise. */
+static void derive_store(struct ctlcfg *c, const struct cfgtab_ctx *ctx)
 {
-    /* Upstream's etcd_config / standby_config first, so store_config overrides them. */
-    json_t *etcd = cfg_get_object(ctl, "etcd_config", e);
-    if (etcd) {
-        const char *host =
-            cfg_get_string(ctl, "etcd_config.etcd_host", "etcd.default.svc.cluster.local", e);
-        int64_t port = cfg_get_int(ctl, "etcd_config.etcd_port", 2379, 1, 65535, e);
-        bool persist = cfg_get_bool(ctl, "etcd_config.enable_etcd_persistence", false, e);
-        c->etcd_timeout_ms =
-            get_ms(ctl, "etcd_config.etcd_timeout", c->etcd_timeout_ms, 0.1, 600, e);
-        if (persist) {
-            free_endpoints(c);
-            c->etcd_endpoints = xcalloc(2, sizeof(char *));
-            c->etcd_endpoints[0] = xasprintf("http://%s:%lld", host, (long long)port);
-            c->n_etcd_endpoints = 1;
-            c->store = CTLCFG_STORE_ETCD;
-        }
-    }
-    json_t *sb = cfg_get_object(ctl, "standby_config", e);
-    if (sb) {
-        c->etcd_lease_ttl_s = (int)cfg_get_int(ctl, "standby_config.master_lock_ttl",
-                                               c->etcd_lease_ttl_s, 1, 3600, e);
-        c->leader_retry_ms = get_ms(ctl, "standby_config.master_lock_retry_interval",
-                                    c->leader_retry_ms, 0.05, 3600, e);
-        (void)cfg_get_bool(ctl, "standby_config.enable_master_standby", false, e);
-        (void)cfg_get_string(ctl, "standby_config.master_lock_key", NULL, e);
-    }
-    json_t *st = cfg_get_object(ctl, "store_config", e);
-    if (!st)
+    if (!c->etcd_persistence)
         return;
-    static const char *const backends[] = {"sqlite", "etcd", "memory", NULL};
-    const char *b = cfg_get_enum(ctl, "store_config.backend", NULL, backends, e);
-    if (b)
-        c->store = strcmp(b, "etcd") == 0     ? CTLCFG_STORE_ETCD
-                   : strcmp(b, "memory") == 0 ? CTLCFG_STORE_MEMORY
-                                              : CTLCFG_STORE_SQLITE;
-    const char *p = cfg_get_string(ctl, "store_config.sqlite_path", NULL, e);
-    if (p && !*p)
-        cfg_error(e, "store_config.sqlite_path", "must not be empty");
-    else
-        set_str(&c->sqlite_path, p);
-    json_t *eps = cfg_lookup(ctl, "store_config.etcd_endpoints");
-    if (eps && json_is_string(eps)) {
-        const char *s = cfg_get_string(ctl, "store_config.etcd_endpoints", NULL, e);
-        free_endpoints(c);
+    if (!cfgtab_given(ctx, OFF(etcd_endpoints))) {
+        for (size_t i = 0; i < c->n_etcd_endpoints; i++)
+            free(c->etcd_endpoints[i]);
+        free(c->etcd_endpoints);
         c->etcd_endpoints = xcalloc(2, sizeof(char *));
-        c->etcd_endpoints[0] = xstrdup(s);
+        c->etcd_endpoints[0] = xasprintf("http://%s:%d", c->etcd_host, c->etcd_port);
         c->n_etcd_endpoints = 1;
-    } else if (eps) {
-        json_t *arr = cfg_get_array(ctl, "store_config.etcd_endpoints", e);
-        if (arr && json_array_size(arr) == 0)
-            cfg_error(e, "store_config.etcd_endpoints", "must not be empty");
-        else if (arr) {
-            size_t n = json_array_size(arr);
-            bool ok = true;
-            for (size_t i = 0; i < n; i++) {
-                if (!json_is_string(json_array_get(arr, i))) {
-                    cfg_error(e, "store_config.etcd_endpoints", "element %zu must be a string", i);
-                    ok = false;
-                }
-            }
-            if (ok) {
-                free_endpoints(c);
-                c->etcd_endpoints = xcalloc(n + 1, sizeof(char *));
-                for (size_t i = 0; i < n; i++)
-                    c->etcd_endpoints[i] = xstrdup(json_string_value(json_array_get(arr, i)));
-                c->n_etcd_endpoints = n;
-            }
-        }
     }
-    for (size_t i = 0; i < c->n_etcd_endpoints; i++) {
-        const char *u = c->etcd_endpoints[i];
-        if (strncmp(u, "http://", 7) != 0 && strncmp(u, "https://", 8) != 0)
-            cfg_error(e, "store_config.etcd_endpoints",
-                      "\"%s\" must start with http:// or https://", u);
-    }
-    const char *pre = cfg_get_string(ctl, "store_config.etcd_prefix", NULL, e);
-    if (pre && !*pre)
-        cfg_error(e, "store_config.etcd_prefix", "must not be empty");
-    else
-        set_str(&c->etcd_prefix, pre);
-    c->etcd_lease_ttl_s =
-        (int)cfg_get_int(ctl, "store_config.etcd_lease_ttl", c->etcd_lease_ttl_s, 1, 3600, e);
-    c->etcd_timeout_ms = get_ms(ctl, "store_config.etcd_timeout", c->etcd_timeout_ms, 0.1, 600, e);
-    c->leader_retry_ms =
-        get_ms(ctl, "store_config.leader_retry_interval", c->leader_retry_ms, 0.05, 3600, e);
+    if (!cfgtab_given(ctx, OFF(store)))
+        c->store = CTLCFG_STORE_ETCD;
 }
 
-static void apply_controller(struct ctlcfg *c, json_t *ctl, struct cfg_errors *e)
+static void read_coordinator_key(struct ctlcfg *c, struct cfg_errors *e)
 {
-    json_t *api = cfg_get_object(ctl, "api_config", e);
-    if (api) {
-        set_str(&c->host, cfg_get_string(ctl, "api_config.controller_api_host", NULL, e));
-        c->port = (int)cfg_get_int(ctl, "api_config.controller_api_port", c->port, 0, 65535, e);
-        (void)cfg_get_string(ctl, "api_config.controller_api_dns", NULL, e);
-        c->obs_port = (int)cfg_get_int(ctl, "api_config.observability_api_port", c->obs_port, 0,
-                                       65535, e);
+    if (!c->coordinator_key_enable)
+        return;
+    const char *f = c->coordinator_key_file;
+    char *key = NULL;
+    int rc = f && *f ? cfg_read_secret(f, &key) : -ENOENT;
+    if (rc < 0) {
+        cfg_error(e, "mgmt_api_key_config.api_key_file", "cannot read a key from \"%s\": %s",
+                  f ? f : "", strerror(-rc));
+        return;
     }
-    c->obs_enable =
-        cfg_get_bool(ctl, "observability_config.observability_enable", c->obs_enable, e);
-    (void)cfg_get_double(ctl, "observability_config.metrics_ttl", 5, 0, 86400, e);
-    if (c->host && !*c->host)
-        cfg_error(e, "api_config.controller_api_host", "must not be empty");
-    apply_tls(&c->tls, ctl, "mgmt_tls_config", e);
-
-    json_t *ic = cfg_get_object(ctl, "instance_config", e);
-    if (ic) {
-        c->assemble_timeout_ms = get_ms(ctl, "instance_config.instance_assemble_timeout",
-                                        c->assemble_timeout_ms, 0.1, 86400, e);
-        c->assembler_check_ms = get_ms(ctl, "instance_config.instance_assembler_check_interval",
-                                       c->assembler_check_ms, 0.01, 3600, e);
-        c->cmd_send_interval_ms =
-            get_ms(ctl, "instance_config.instance_assembler_cmd_send_interval",
-                   c->cmd_send_interval_ms, 0.01, 3600, e);
-        c->manager_check_ms = get_ms(ctl, "instance_config.instance_manager_check_interval",
-                                     c->manager_check_ms, 0.01, 3600, e);
-        c->hb_timeout_active_ms = get_ms(ctl, "instance_config.instance_heartbeat_timeout",
-                                         c->hb_timeout_active_ms, 0.1, 86400, e);
-        c->hb_timeout_other_ms = get_ms(ctl, "instance_config.instance_heartbeat_timeout_inactive",
-                                        c->hb_timeout_other_ms, 0.1, 86400, e);
-        c->expired_timeout_ms = get_ms(ctl, "instance_config.instance_expired_timeout",
-                                       c->expired_timeout_ms, 0.1, 864000, e);
-        c->send_cmd_retry_times = (int)cfg_get_int(ctl, "instance_config.send_cmd_retry_times",
-                                                   c->send_cmd_retry_times, 1, 1000, e);
-        c->start_cmd_timeout_ms =
-            get_ms(ctl, "instance_config.start_cmd_timeout", c->start_cmd_timeout_ms, 0.1, 600, e);
-        c->nm_probe_timeout_ms =
-            get_ms(ctl, "instance_config.nm_probe_timeout", c->nm_probe_timeout_ms, 0.1, 600, e);
-    }
-
-    json_t *ev = cfg_get_object(ctl, "event_config", e);
-    if (ev) {
-        (void)cfg_get_double(ctl, "event_config.event_consumer_sleep_interval", 1.0, 0, 3600, e);
-        c->coordinator_hb_ms = get_ms(ctl, "event_config.coordinator_heartbeat_interval",
-                                      c->coordinator_hb_ms, 0.05, 3600, e);
-        c->coordinator_sync_ms = get_ms(ctl, "event_config.coordinator_set_sync_interval",
-                                        c->coordinator_sync_ms, 0, 86400, e);
-        c->coordinator_push =
-            cfg_get_bool(ctl, "event_config.coordinator_push", c->coordinator_push, e);
-        c->coordinator_timeout_ms = get_ms(ctl, "event_config.coordinator_request_timeout",
-                                           c->coordinator_timeout_ms, 0.1, 600, e);
-    }
-
-    json_t *ft = cfg_get_object(ctl, "fault_tolerance_config", e);
-    if (ft) {
-        c->ft_enable =
-            cfg_get_bool(ctl, "fault_tolerance_config.enable_fault_tolerance", c->ft_enable, e);
-        c->strategy_check_ms = get_ms(ctl, "fault_tolerance_config.strategy_center_check_interval",
-                                      c->strategy_check_ms, 0.01, 3600, e);
-        c->fault_window_ms = get_ms(ctl, "fault_tolerance_config.fault_collection_timeout_seconds",
-                                    c->fault_window_ms, 0.1, 86400, e);
-        (void)cfg_get_bool(ctl, "fault_tolerance_config.enable_token_reinference", true, e);
-        c->relaunch_enable = cfg_get_bool(ctl, "fault_tolerance_config.enable_engine_relaunch",
-                                          c->relaunch_enable, e);
-        c->relaunch_timeout_ms =
-            get_ms(ctl, "fault_tolerance_config.engine_relaunch_complete_timeout_sec",
-                   c->relaunch_timeout_ms, 0.1, 86400, e);
-        c->relaunch_poll_ms =
-            get_ms(ctl, "fault_tolerance_config.engine_relaunch_poll_interval_sec",
-                   c->relaunch_poll_ms, 0.01, 3600, e);
-        c->relaunch_retries =
-            (int)cfg_get_int(ctl, "fault_tolerance_config.engine_relaunch_dispatch_retries",
-                             c->relaunch_retries, 1, 100, e);
-        c->relaunch_unreachable =
-            (int)cfg_get_int(ctl, "fault_tolerance_config.engine_relaunch_nm_unreachable_threshold",
-                             c->relaunch_unreachable, 1, 1000, e);
-        c->relaunch_backoff_ms =
-            get_ms(ctl, "fault_tolerance_config.engine_relaunch_dispatch_backoff_sec",
-                   c->relaunch_backoff_ms, 0, 600, e);
-        c->scale_down_enable = cfg_get_bool(ctl, "fault_tolerance_config.enable_dp_scale_down",
-                                            c->scale_down_enable, e);
-        c->scale_up_enable =
-            cfg_get_bool(ctl, "fault_tolerance_config.enable_dp_scale_up", c->scale_up_enable, e);
-        c->reconfig_enable = cfg_get_bool(ctl, "fault_tolerance_config.enable_reconfiguration",
-                                          c->reconfig_enable, e);
-        json_t *sd = cfg_get_object(ctl, "fault_tolerance_config.dp_scale_down_config", e);
-        if (sd) {
-            /* (0, 60]: a zero timeout or poll interval would spin. */
-            c->sd_request_timeout_ms =
-                get_ms(ctl, "fault_tolerance_config.dp_scale_down_config.request_timeout_sec",
-                       c->sd_request_timeout_ms, 0.001, 60, e);
-            c->sd_poll_ms =
-                get_ms(ctl, "fault_tolerance_config.dp_scale_down_config.poll_interval_sec",
-                       c->sd_poll_ms, 0.001, 60, e);
-            c->sd_deadline_ms =
-                get_ms(ctl, "fault_tolerance_config.dp_scale_down_config.execution_deadline_sec",
-                       c->sd_deadline_ms, 1, 600, e);
-        }
-    }
-    apply_store(c, ctl, e);
+    if (c->coordinator_key)
+        explicit_bzero(c->coordinator_key, strlen(c->coordinator_key));
+    free(c->coordinator_key);
+    c->coordinator_key = key;
 }
 
-static void apply_coordinator(struct ctlcfg *c, json_t *coord, struct cfg_errors *e)
+/* Block at root[key] when it is an object; "must be an object" (prefix key) otherwise. */
+static json_t *block(json_t *root, const char *key, struct cfg_errors *e)
 {
-    json_t *api = cfg_get_object(coord, "api_config", e);
-    if (api) {
-        set_str(&c->coordinator_host,
-                cfg_get_string(coord, "api_config.coordinator_api_dns", NULL, e));
-        c->coordinator_port = (int)cfg_get_int(coord, "api_config.coordinator_api_mgmt_port",
-                                               c->coordinator_port, 1, 65535, e);
+    json_t *b = json_object_get(root, key);
+    if (b && !json_is_object(b)) {
+        cfg_errors_set_prefix(e, key);
+        cfg_error(e, "", "must be an object");
+        return NULL;
     }
-    if (c->coordinator_host && !*c->coordinator_host)
-        cfg_error(e, "api_config.coordinator_api_dns", "must not be empty");
-    json_t *mk = cfg_get_object(coord, "mgmt_api_key_config", e);
-    if (mk && cfg_get_bool(coord, "mgmt_api_key_config.enable_api_key", false, e)) {
-        const char *f = cfg_get_string(coord, "mgmt_api_key_config.api_key_file", NULL, e);
-        char *key = NULL;
-        int rc = f && *f ? cfg_read_secret(f, &key) : -ENOENT;
-        if (rc < 0)
-            cfg_error(e, "mgmt_api_key_config.api_key_file", "cannot read a key from \"%s\": %s",
-                      f ? f : "", strerror(-rc));
-        else {
-            free(c->coordinator_key);
-            c->coordinator_key = key;
-        }
-    }
+    return b;
 }
 
 void ctlcfg_apply(struct ctlcfg *c, json_t *root, struct cfg_errors *e)
 {
     if (!json_is_object(root))
         return;
-    json_t *ctl = json_object_get(root, "motor_controller_config");
-    bool whole = ctl == NULL && json_object_get(root, "motor_coordinator_config") == NULL &&
-                 json_object_get(root, "motor_deploy_config") == NULL;
-    cfg_errors_set_prefix(e, whole ? "" : "motor_controller_config");
-    if (ctl && !json_is_object(ctl)) {
-        cfg_error(e, "", "must be an object");
-        ctl = NULL;
-    }
-    if (!ctl && whole)
+    struct cfgtab_ctx ctx = {.errs = e};
+    json_t *ctl = block(root, "motor_controller_config", e);
+    bool whole = !json_object_get(root, "motor_controller_config") &&
+                 !json_object_get(root, "motor_coordinator_config") &&
+                 !json_object_get(root, "motor_deploy_config");
+    if (whole)
         ctl = root; /* the file is the controller block itself */
-    if (ctl)
-        apply_controller(c, ctl, e);
+    cfg_errors_set_prefix(e, whole ? "" : "motor_controller_config");
+    cfgtab_apply(&ctlcfg_cfgtab, SRC_CTL, c, ctl, &ctx);
+    derive_store(c, &ctx);
 
     /* The deploy block's TLS overrides the controller's own block, as upstream. */
-    json_t *deploy = json_object_get(root, "motor_deploy_config");
-    if (deploy) {
-        cfg_errors_set_prefix(e, "motor_deploy_config");
-        if (!json_is_object(deploy))
-            cfg_error(e, "", "must be an object");
-        else
-            apply_tls(&c->tls, deploy, "tls_config.mgmt_tls_config", e);
-    }
+    json_t *deploy = block(root, "motor_deploy_config", e);
+    cfg_errors_set_prefix(e, "motor_deploy_config");
+    cfgtab_apply(&ctlcfg_cfgtab, SRC_DEPLOY, c, deploy, &ctx);
     cfg_errors_set_prefix(e, "");
     check_tls_files(&c->tls, "motor_controller_config.mgmt_tls_config", e);
 
-    json_t *coord = json_object_get(root, "motor_coordinator_config");
-    if (coord) {
-        cfg_errors_set_prefix(e, "motor_coordinator_config");
-        if (!json_is_object(coord))
-            cfg_error(e, "", "must be an object");
-        else
-            apply_coordinator(c, coord, e);
-    }
+    json_t *coord = block(root, "motor_coordinator_config", e);
+    cfg_errors_set_prefix(e, "motor_coordinator_config");
+    cfgtab_apply(&ctlcfg_cfgtab, SRC_COORD, c, coord, &ctx);
+    read_coordinator_key(c, e);
     cfg_errors_set_prefix(e, "");
+    cfgtab_ctx_release(&ctx);
 }

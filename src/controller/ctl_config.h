@@ -2,6 +2,11 @@
  * the coordinator address (motor_coordinator_config.api_config) and Motor's own store
  * section.
  *
+ * The keys are the rows of one table (ctl_config.c, common/cfgtab.h): parsing, defaults,
+ * the --check-config dump (ctlcfg_to_json), the live/restart class of every key and the
+ * key table of docs/controller.md come from it. The list below is the overview; the
+ * table is the reference.
+ *
  * Upstream key names are accepted as they are; keys Motor adds are marked (motor) here
  * and in docs/controller.md. Durations are given in seconds (integers or reals) and kept
  * in milliseconds. Every value is type- and range-checked through common/cfg.h and all
@@ -93,7 +98,9 @@ struct ctlcfg {
     bool coordinator_push;
     char *coordinator_host;
     int coordinator_port;
-    char *coordinator_key; /* mgmt API key or NULL */
+    char *coordinator_key;       /* mgmt API key or NULL */
+    bool coordinator_key_enable; /* mgmt_api_key_config.enable_api_key */
+    char *coordinator_key_file;  /* mgmt_api_key_config.api_key_file */
     int64_t coordinator_hb_ms;
     int64_t coordinator_sync_ms; /* 0 = no periodic full set */
     int64_t coordinator_timeout_ms;
@@ -122,6 +129,10 @@ struct ctlcfg {
     int etcd_lease_ttl_s;
     int64_t etcd_timeout_ms;
     int64_t leader_retry_ms;
+    /* upstream's etcd_config (its switch is folded into store and etcd_endpoints) */
+    char *etcd_host;
+    int etcd_port;
+    bool etcd_persistence;
 };
 
 /* Defaults (env POD_IP, COORDINATOR_SERVICE honoured). Release with ctlcfg_release. */
@@ -139,5 +150,16 @@ double ctlcfg_guard_lease_s(const struct ctlcfg *c);
 
 /* Name of a store backend ("sqlite", "etcd", "memory"). */
 const char *ctlcfg_store_name(enum ctlcfg_store s);
+
+/* The effective configuration (every key at its upstream path, durations in seconds,
+ * secrets shown only as "key_loaded"/"key_password_loaded"). New reference. */
+json_t *ctlcfg_to_json(const struct ctlcfg *c);
+/* --check-config: ctlcfg_to_json with "config_path" on stdout, a one-line summary on
+ * stderr. 0, or 1 when stdout cannot be written. */
+int ctlcfg_print_check(const struct ctlcfg *c, const char *path);
+
+/* The table of the keys (docs, diffs: cfgtab.h). */
+struct cfgtab;
+extern const struct cfgtab ctlcfg_cfgtab;
 
 #endif

@@ -1,82 +1,57 @@
+/* coord_config — motor_coordinator_config as a table (common/cfgtab.h), plus what no row
+ * says: the API key file's lines, the management key file, the derived scheduler. */
 #include "coordinator/coord_config.h"
 
+#include "common/cfgtab.h"
 #include "common/util.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
+enum { SRC_BLOCK, SRC_DEPLOY };
+static const char *const src_names[] = {"", "motor_deploy_config"};
 
-void ccfg_init(struct ccfg *c)
+static const char *const scheds[] = {"load_balance", "round_robin", "kv_cache_affinity",
+                                     "compute_length", NULL};
+static const char *const effective_scheds[] = {"load_balance", "round_robin", NULL};
+
+/* An empty host keeps the default (upstream writes "" for "not set"). */
+static const char *skip_empty(const char **s, char *buf, size_t cap)
 {
-    memset(c, 0, sizeof(*c));
-    const char *pod_ip = getenv("POD_IP");
-    c->host = xstrdup(pod_ip && *pod_ip ? pod_ip : "127.0.0.1");
-    c->infer_port = 1025;
-    c->mgmt_port = 1026;
-    c->max_body = 16u << 20;
-    c->scheduler = CCFG_SCHED_LOAD_BALANCE;
-    c->scheduler_type = xstrdup("load_balance");
-    c->instance_score_weight = 0.05;
-    c->pd_fallback_to_hybrid = true;
-    c->max_retry = 5;
-    c->retry_delay_ms = 200;
-    c->transport_max_retry = -1;
-    c->breaker_threshold = 3;
-    c->breaker_open_ms = 30000;
-    c->breaker_max_open_ms = 300000;
-    c->first_token_timeout_ms = 600000;
-    c->infer_timeout_ms = 3600000;
-    c->connect_timeout_ms = 5000;
-    c->shutdown_grace_ms = 10000;
-    c->api_keys = xcalloc(1, sizeof(char *));
+    (void)buf;
+    (void)cap;
+    return **s ? NULL : cfgtab_skip;
 }
 
-static void tls_release(struct ccfg_tls *t)
+static const char *nonempty_key(const char **s, char *buf, size_t cap)
 {
-    free(t->cert_file);
-    free(t->key_file);
-    free(t->ca_file);
-    free(t->key_password);
-    memset(t, 0, sizeof(*t));
+    (void)buf;
+    (void)cap;
+    return **s ? NULL : "must be a non-empty string";
 }
 
-void ccfg_release(struct ccfg *c)
+/* -1 = "as max_retry" (the proxy's rule): show what applies. */
+static json_t *transport_retry_dump(const struct cfgtab_row *r, const void *base)
 {
-    if (!c)
+    (void)r;
+    const struct ccfg *c = base;
+    return json_integer(c->transport_max_retry >= 0 ? c->transport_max_retry : c->max_retry);
+}
+static const struct cfgtab_ops transport_retry_ops = {.dump = transport_retry_dump};
+
+/* TLS of one server (motor_deploy_config.tls_config.<name>): read only when it is an
+ * object, and its files only when enabled; the password file is read here. */
+static void tls_parse(const struct cfgtab_row *r, void *base, json_t *blk, const char *path,
+                      struct cfgtab_ctx *ctx)
+{
+    struct ccfg_tls *t = (struct ccfg_tls *)((char *)base + r->off);
+    struct cfg_errors *e = ctx->errs;
+    if (!json_is_object(blk))
         return;
-    free(c->host);
-    free(c->scheduler_type);
-    for (size_t i = 0; c->api_keys && c->api_keys[i]; i++)
-        free(c->api_keys[i]);
-    free(c->api_keys);
-    free(c->mgmt_key);
-    tls_release(&c->infer_tls);
-    tls_release(&c->mgmt_tls);
-    memset(c, 0, sizeof(*c));
-}
-
-static void add_key(struct ccfg *c, const char *key)
-{
-    c->api_keys = xrealloc(c->api_keys, (c->n_api_keys + 2) * sizeof(char *));
-    c->api_keys[c->n_api_keys++] = xstrdup(key);
-    c->api_keys[c->n_api_keys] = NULL;
-}
-
-/* Seconds (number) at path into ms, within [min_s, max_s]. */
-static int64_t get_seconds(json_t *o, const char *path, int64_t def_ms, double min_s, double max_s,
-                           struct cfg_errors *e)
-{
-    double s = cfg_get_double(o, path, (double)def_ms / 1000.0, min_s, max_s, e);
-    return (int64_t)(s * 1000.0 + 0.5);
-}
-
-static void apply_tls(struct ccfg_tls *t, json_t *blk, const char *name, struct cfg_errors *e)
-{
-    if (!blk)
-        return;
-    char path[64];
-    snprintf(path, sizeof(path), "%s.enable_tls", name);
+    const char *name = strrchr(path, '.') ? strrchr(path, '.') + 1 : path;
+    char where[64];
+    snprintf(where, sizeof(where), "%s.enable_tls", name);
     t->enable = cfg_get_bool(blk, "enable_tls", false, e);
     if (!t->enable)
         return;
@@ -85,7 +60,7 @@ static void apply_tls(struct ccfg_tls *t, json_t *blk, const char *name, struct 
     const char *ca = cfg_get_string(blk, "ca_file", NULL, e);
     const char *pw = cfg_get_string(blk, "passwd_file", NULL, e);
     if (!cert || !key) {
-        cfg_error(e, path, "TLS enabled but cert_file/key_file missing");
+        cfg_error(e, where, "TLS enabled but cert_file/key_file missing");
         return;
     }
     t->cert_file = xstrdup(cert);
@@ -96,6 +71,165 @@ static void apply_tls(struct ccfg_tls *t, json_t *blk, const char *name, struct 
         if (rc < 0)
             cfg_error(e, "passwd_file", "cannot read %s: %s", pw, strerror(-rc));
     }
+}
+
+static json_t *tls_dump(const struct cfgtab_row *r, const void *base)
+{
+    const struct ccfg_tls *t = (const struct ccfg_tls *)((const char *)base + r->off);
+    json_t *o = json_pack("{s:b}", "enable_tls", t->enable);
+    if (!t->enable)
+        return o;
+    json_object_set_new(o, "cert_file", t->cert_file ? json_string(t->cert_file) : json_null());
+    json_object_set_new(o, "key_file", t->key_file ? json_string(t->key_file) : json_null());
+    json_object_set_new(o, "ca_file", t->ca_file ? json_string(t->ca_file) : json_null());
+    json_object_set_new(o, "key_password_loaded", json_boolean(t->key_password != NULL));
+    return o;
+}
+
+static void tls_release(const struct cfgtab_row *r, void *base)
+{
+    struct ccfg_tls *t = (struct ccfg_tls *)((char *)base + r->off);
+    char *files[] = {t->cert_file, t->key_file, t->ca_file};
+    for (size_t i = 0; i < ARRAY_LEN(files); i++)
+        free(files[i]);
+    /* The password is a secret: wiped, not only freed. */
+    const struct cfgtab_row pw = {.off = offsetof(struct ccfg_tls, key_password)};
+    cfgtab_ops_loaded.release(&pw, t);
+    memset(t, 0, sizeof(*t));
+}
+
+static const struct cfgtab_ops tls_ops = {
+    .parse = tls_parse, .dump = tls_dump, .release = tls_release};
+
+#define OFF(f) offsetof(struct ccfg, f)
+#define L CFGTAB_LIVE
+#define M CFGTAB_MOTOR
+
+static const struct cfgtab_row rows[] = {
+    {"api_config.coordinator_api_host", CFGTAB_STRING, OFF(host), .env = "POD_IP",
+     .def_s = "127.0.0.1", .check = skip_empty,
+     .doc = "bind address of both ports (\"\" = the default)"},
+    {"api_config.coordinator_api_infer_port", CFGTAB_INT, OFF(infer_port), .min = 0, .max = 65535,
+     .def_i = 1025, .doc = "inference port (0 = ephemeral; `--port`)"},
+    {"api_config.coordinator_api_mgmt_port", CFGTAB_INT, OFF(mgmt_port), .min = 0, .max = 65535,
+     .def_i = 1026, .doc = "management port (0 = ephemeral; `--mgmt-port`)"},
+    {"api_config.max_request_body_bytes", CFGTAB_SIZE, OFF(max_body), .flags = M, .min = 1024,
+     .max = 256 << 20, .def_i = 16 << 20, .doc = "inference bodies (413 above)"},
+    {"scheduler_config.scheduler_type", CFGTAB_STRING, OFF(scheduler_type), .flags = L,
+     .names = scheds, .def_s = "load_balance",
+     .doc = "`kv_cache_affinity` and `compute_length` degrade to `load_balance` (no KV "
+            "Conductor, no tokenizer)"},
+    {"scheduler_config.effective_scheduler", CFGTAB_ENUM, OFF(scheduler),
+     .flags = L | CFGTAB_DERIVED, .names = effective_scheds},
+    {"scheduler_config.endpoint_instance_score_weight", CFGTAB_DOUBLE, OFF(instance_score_weight),
+     .flags = L, .min = 0, .max = 1000, .def_d = 0.05,
+     .doc = "an endpoint scores its tokens in flight + this × its instance's average"},
+    {"scheduler_config.enable_pd_separation_fallback_to_hybrid", CFGTAB_BOOL,
+     OFF(pd_fallback_to_hybrid), .flags = L, .def_i = 1,
+     .doc = "no prefill or no decode instance: route whole requests to union instances"},
+    {"scheduler_config.decode_colocation", CFGTAB_BOOL, OFF(decode_colocation), .flags = L | M,
+     .doc = "decode instances may serve whole requests in hybrid mode"},
+    {"exception_config.max_retry", CFGTAB_INT, OFF(max_retry), .flags = L, .min = 0, .max = 100,
+     .def_i = 5, .doc = "attempts after the first on another instance"},
+    {"exception_config.retry_delay", CFGTAB_MS, OFF(retry_delay_ms), .flags = L, .min = 0,
+     .max = 60, .def_d = 0.2, .doc = "doubles per retry, capped at 5 s"},
+    {"exception_config.transport_max_retry", CFGTAB_INT, OFF(transport_max_retry), .flags = L,
+     .min = -1, .max = 100, .def_i = -1, .ops = &transport_retry_ops, .def_doc = "= `max_retry`",
+     .doc = "retries of connection failures (-1 = `max_retry`)"},
+    {"exception_config.circuit_breaker_failure_threshold", CFGTAB_INT, OFF(breaker_threshold),
+     .flags = L | M, .min = 1, .max = 1000, .def_i = 3,
+     .doc = "failures in a row that open an instance's breaker"},
+    {"exception_config.circuit_breaker_open_timeout", CFGTAB_MS, OFF(breaker_open_ms),
+     .flags = L | M, .min = 0.01, .max = 86400, .def_d = 30,
+     .doc = "first open period (doubles while the probe fails)"},
+    {"exception_config.circuit_breaker_max_open_timeout", CFGTAB_MS, OFF(breaker_max_open_ms),
+     .flags = L | M, .min = 0.01, .max = 86400, .def_d = 300,
+     .doc = "longest open period (at least `circuit_breaker_open_timeout`)"},
+    {"timeout_config.first_token_timeout", CFGTAB_MS, OFF(first_token_timeout_ms), .flags = L,
+     .min = 0.01, .max = 864000, .def_d = 600, .doc = "until the first token of an answer"},
+    {"timeout_config.infer_timeout", CFGTAB_MS, OFF(infer_timeout_ms), .flags = L, .min = 0.01,
+     .max = 864000, .def_d = 3600, .doc = "a whole request"},
+    {"timeout_config.upstream_connect_timeout", CFGTAB_MS, OFF(connect_timeout_ms), .flags = L | M,
+     .min = 0.01, .max = 600, .def_d = 5, .doc = "connecting to an engine"},
+    {"timeout_config.graceful_shutdown_timeout", CFGTAB_MS, OFF(shutdown_grace_ms), .flags = L | M,
+     .min = 0, .max = 3600, .def_d = 10, .doc = "in-flight requests get this long at SIGTERM"},
+    {"api_key_config.enable_api_key", CFGTAB_BOOL, OFF(api_key_enable), .flags = L,
+     .doc = "inference requests need `Authorization: Bearer <key>`"},
+    {"api_key_config.api_keys", CFGTAB_STRLIST, OFF(api_keys), OFF(n_api_keys),
+     .flags = L | CFGTAB_SECRET, .check = nonempty_key, .dump = "api_key_config.keys",
+     .doc = "accepted keys (`--check-config` shows their number)"},
+    {"api_key_config.api_key_file", CFGTAB_STRING, OFF(api_key_file), .flags = L | CFGTAB_NODUMP,
+     .doc = "more keys, one per line (blank lines and `#` comments skipped)"},
+    {"mgmt_api_key_config.enable_api_key", CFGTAB_BOOL, OFF(mgmt_key_enable), .flags = L,
+     .doc = "management requests need `X-Motor-Management-Key`"},
+    {"mgmt_api_key_config.api_key_file", CFGTAB_STRING, OFF(mgmt_key_file),
+     .flags = L | CFGTAB_NODUMP, .doc = "the key: the file's first line (required when enabled)"},
+    {"mgmt_api_key_config.key_loaded", CFGTAB_CUSTOM, OFF(mgmt_key),
+     .flags = L | CFGTAB_DERIVED | CFGTAB_SECRET, .ops = &cfgtab_ops_loaded},
+    {"inference_workers_config.num_workers", CFGTAB_INT, OFF(workers), .flags = M, .min = 0,
+     .max = 256, .def_doc = "CPU count",
+     .doc = "inference worker threads (0 = CPU count; `--workers`)"},
+    {"tls_config.infer_tls_config", CFGTAB_CUSTOM, OFF(infer_tls), .flags = CFGTAB_QUIET,
+     .src = SRC_DEPLOY, .ops = &tls_ops, .def_doc = "off",
+     .type_doc = "object: `enable_tls`, `cert_file`, `key_file`, `ca_file`, `passwd_file`",
+     .doc = "TLS of the inference port (a `ca_file` requires client certificates)"},
+    {"tls_config.mgmt_tls_config", CFGTAB_CUSTOM, OFF(mgmt_tls), .flags = CFGTAB_QUIET,
+     .src = SRC_DEPLOY, .ops = &tls_ops, .def_doc = "off", .type_doc = "object, as above",
+     .doc = "TLS of the management port"},
+};
+
+const struct cfgtab ccfg_cfgtab = CFGTAB_TABLE("coordinator", rows, src_names);
+
+void ccfg_init(struct ccfg *c)
+{
+    cfgtab_init(&ccfg_cfgtab, c, sizeof(*c), NULL);
+}
+
+void ccfg_release(struct ccfg *c)
+{
+    if (c)
+        cfgtab_release(&ccfg_cfgtab, c);
+}
+
+static void add_key(struct ccfg *c, const char *key)
+{
+    c->api_keys = xrealloc(c->api_keys, (c->n_api_keys + 2) * sizeof(char *));
+    c->api_keys[c->n_api_keys++] = xstrdup(key);
+    c->api_keys[c->n_api_keys] = NULL;
+}
+
+/* api_key_file: one key per line; blank lines and '#' comments skipped. */
+static void read_key_file(struct ccfg *c, struct cfg_errors *e)
+{
+    const char *kf = c->api_key_file;
+    if (!kf || !*kf)
+        return;
+    size_t len = 0;
+    char *text = util_read_file(kf, 1 << 20, &len);
+    if (!text) {
+        cfg_error(e, "api_key_config.api_key_file", "cannot read %s: %s", kf, strerror(errno));
+        return;
+    }
+    char *p = text;
+    while (*p) {
+        size_t n = strcspn(p, "\r\n");
+        size_t a = 0, b = n;
+        while (a < b && (p[a] == ' ' || p[a] == '\t'))
+            a++;
+        while (b > a && (p[b - 1] == ' ' || p[b - 1] == '\t'))
+            b--;
+        if (b > a && p[a] != '#') {
+            char *k = xstrndup(p + a, b - a);
+            add_key(c, k);
+            explicit_bzero(k, b - a);
+            free(k);
+        }
+        p += n;
+        while (*p == '\r' || *p == '\n')
+            p++;
+    }
+    explicit_bzero(text, len);
+    free(text);
 }
 
 void ccfg_apply(struct ccfg *c, json_t *root, struct cfg_errors *e)
@@ -110,113 +244,24 @@ void ccfg_apply(struct ccfg *c, json_t *root, struct cfg_errors *e)
         cfg_error(e, "", "must be an object");
         return;
     }
+    struct cfgtab_ctx ctx = {.errs = e};
+    cfgtab_apply(&ccfg_cfgtab, SRC_BLOCK, c, blk, &ctx);
+    cfgtab_apply(&ccfg_cfgtab, SRC_DEPLOY, c, json_is_object(deploy) ? deploy : NULL, &ctx);
+    cfgtab_ctx_release(&ctx);
 
-    const char *host = cfg_get_string(blk, "api_config.coordinator_api_host", NULL, e);
-    if (host && *host) {
-        free(c->host);
-        c->host = xstrdup(host);
-    }
-    c->infer_port =
-        (int)cfg_get_int(blk, "api_config.coordinator_api_infer_port", c->infer_port, 0, 65535, e);
-    c->mgmt_port =
-        (int)cfg_get_int(blk, "api_config.coordinator_api_mgmt_port", c->mgmt_port, 0, 65535, e);
-    c->max_body = (size_t)cfg_get_int(blk, "api_config.max_request_body_bytes",
-                                      (int64_t)c->max_body, 1024, 256ll << 20, e);
-
-    static const char *const scheds[] = {"load_balance", "round_robin", "kv_cache_affinity",
-                                         "compute_length", NULL};
-    const char *st =
-        cfg_get_enum(blk, "scheduler_config.scheduler_type", "load_balance", scheds, e);
     /* kv_cache_affinity needs the KV Conductor and compute_length a tokenizer; neither
      * exists here, so both degrade to the default balancer (logged by the daemon). */
-    c->scheduler =
-        strcmp(st, "round_robin") == 0 ? CCFG_SCHED_ROUND_ROBIN : CCFG_SCHED_LOAD_BALANCE;
-    free(c->scheduler_type);
-    c->scheduler_type = xstrdup(st);
-    c->instance_score_weight =
-        cfg_get_double(blk, "scheduler_config.endpoint_instance_score_weight",
-                       c->instance_score_weight, 0.0, 1000.0, e);
-    c->pd_fallback_to_hybrid =
-        cfg_get_bool(blk, "scheduler_config.enable_pd_separation_fallback_to_hybrid",
-                     c->pd_fallback_to_hybrid, e);
-    c->decode_colocation =
-        cfg_get_bool(blk, "scheduler_config.decode_colocation", c->decode_colocation, e);
-
-    c->max_retry = (int)cfg_get_int(blk, "exception_config.max_retry", c->max_retry, 0, 100, e);
-    c->retry_delay_ms =
-        get_seconds(blk, "exception_config.retry_delay", c->retry_delay_ms, 0.0, 60.0, e);
-    c->transport_max_retry =
-        (int)cfg_get_int(blk, "exception_config.transport_max_retry", -1, -1, 100, e);
-    c->breaker_threshold =
-        (int)cfg_get_int(blk, "exception_config.circuit_breaker_failure_threshold",
-                         c->breaker_threshold, 1, 1000, e);
-    c->breaker_open_ms = get_seconds(blk, "exception_config.circuit_breaker_open_timeout",
-                                     c->breaker_open_ms, 0.01, 86400.0, e);
-    c->breaker_max_open_ms = get_seconds(blk, "exception_config.circuit_breaker_max_open_timeout",
-                                         c->breaker_max_open_ms, 0.01, 86400.0, e);
+    c->scheduler = strcmp(c->scheduler_type, "round_robin") == 0 ? CCFG_SCHED_ROUND_ROBIN
+                                                                 : CCFG_SCHED_LOAD_BALANCE;
     if (c->breaker_max_open_ms < c->breaker_open_ms)
         c->breaker_max_open_ms = c->breaker_open_ms;
-
-    c->first_token_timeout_ms = get_seconds(blk, "timeout_config.first_token_timeout",
-                                            c->first_token_timeout_ms, 0.01, 864000.0, e);
-    c->infer_timeout_ms =
-        get_seconds(blk, "timeout_config.infer_timeout", c->infer_timeout_ms, 0.01, 864000.0, e);
-    c->connect_timeout_ms = get_seconds(blk, "timeout_config.upstream_connect_timeout",
-                                        c->connect_timeout_ms, 0.01, 600.0, e);
-    c->shutdown_grace_ms = get_seconds(blk, "timeout_config.graceful_shutdown_timeout",
-                                       c->shutdown_grace_ms, 0.0, 3600.0, e);
-
-    c->api_key_enable = cfg_get_bool(blk, "api_key_config.enable_api_key", false, e);
-    json_t *keys = cfg_get_array(blk, "api_key_config.api_keys", e);
-    if (keys) {
-        size_t i;
-        json_t *k;
-        json_array_foreach(keys, i, k)
-        {
-            if (!json_is_string(k) || json_string_length(k) == 0) {
-                cfg_error(e, "api_key_config.api_keys", "item %zu must be a non-empty string", i);
-                continue;
-            }
-            add_key(c, json_string_value(k));
-        }
-    }
-    const char *kf = cfg_get_string(blk, "api_key_config.api_key_file", NULL, e);
-    if (kf && *kf) {
-        size_t len = 0;
-        char *text = util_read_file(kf, 1 << 20, &len);
-        if (!text) {
-            cfg_error(e, "api_key_config.api_key_file", "cannot read %s: %s", kf, strerror(errno));
-        } else {
-            /* One key per line; blank lines and '#' comments skipped. */
-            char *p = text;
-            while (*p) {
-                size_t n = strcspn(p, "\r\n");
-                size_t a = 0, b = n;
-                while (a < b && (p[a] == ' ' || p[a] == '\t'))
-                    a++;
-                while (b > a && (p[b - 1] == ' ' || p[b - 1] == '\t'))
-                    b--;
-                if (b > a && p[a] != '#') {
-                    char *k = xstrndup(p + a, b - a);
-                    add_key(c, k);
-                    free(k);
-                }
-                p += n;
-                while (*p == '\r' || *p == '\n')
-                    p++;
-            }
-            explicit_bzero(text, len);
-            free(text);
-        }
-    }
+    read_key_file(c, e);
     if (c->api_key_enable && c->n_api_keys == 0)
         cfg_error(e, "api_key_config",
                   "enable_api_key is true but no key is configured "
                   "(api_keys or api_key_file)");
-
-    c->mgmt_key_enable = cfg_get_bool(blk, "mgmt_api_key_config.enable_api_key", false, e);
-    const char *mf = cfg_get_string(blk, "mgmt_api_key_config.api_key_file", NULL, e);
     if (c->mgmt_key_enable) {
+        const char *mf = c->mgmt_key_file;
         if (!mf || !*mf) {
             cfg_error(e, "mgmt_api_key_config.api_key_file",
                       "required when enable_api_key is true");
@@ -227,80 +272,9 @@ void ccfg_apply(struct ccfg *c, json_t *root, struct cfg_errors *e)
                           rc == -EINVAL ? "empty key" : strerror(-rc));
         }
     }
-
-    c->workers =
-        (int)cfg_get_int(blk, "inference_workers_config.num_workers", c->workers, 0, 256, e);
-
-    if (deploy && json_is_object(deploy)) {
-        json_t *tls = json_object_get(deploy, "tls_config");
-        if (tls && json_is_object(tls)) {
-            json_t *it = json_object_get(tls, "infer_tls_config");
-            json_t *mt = json_object_get(tls, "mgmt_tls_config");
-            apply_tls(&c->infer_tls, json_is_object(it) ? it : NULL, "infer_tls_config", e);
-            apply_tls(&c->mgmt_tls, json_is_object(mt) ? mt : NULL, "mgmt_tls_config", e);
-        }
-    }
-}
-
-static json_t *tls_json(const struct ccfg_tls *t)
-{
-    json_t *o = json_pack("{s:b}", "enable_tls", t->enable);
-    if (!t->enable)
-        return o;
-    json_object_set_new(o, "cert_file", t->cert_file ? json_string(t->cert_file) : json_null());
-    json_object_set_new(o, "key_file", t->key_file ? json_string(t->key_file) : json_null());
-    json_object_set_new(o, "ca_file", t->ca_file ? json_string(t->ca_file) : json_null());
-    json_object_set_new(o, "key_password_loaded", json_boolean(t->key_password != NULL));
-    return o;
-}
-
-static json_t *secs(int64_t ms)
-{
-    return json_real((double)ms / 1000.0);
 }
 
 json_t *ccfg_to_json(const struct ccfg *c)
 {
-    json_t *o = json_object();
-    json_object_set_new(o, "api_config",
-                        json_pack("{s:s, s:i, s:i, s:I}", "coordinator_api_host", c->host,
-                                  "coordinator_api_infer_port", c->infer_port,
-                                  "coordinator_api_mgmt_port", c->mgmt_port,
-                                  "max_request_body_bytes", (json_int_t)c->max_body));
-    json_object_set_new(
-        o, "scheduler_config",
-        json_pack("{s:s, s:s, s:f, s:b, s:b}", "scheduler_type", c->scheduler_type,
-                  "effective_scheduler",
-                  c->scheduler == CCFG_SCHED_ROUND_ROBIN ? "round_robin" : "load_balance",
-                  "endpoint_instance_score_weight", c->instance_score_weight,
-                  "enable_pd_separation_fallback_to_hybrid", c->pd_fallback_to_hybrid,
-                  "decode_colocation", c->decode_colocation));
-    json_t *ex =
-        json_pack("{s:i, s:o, s:i, s:o, s:o}", "max_retry", c->max_retry, "retry_delay",
-                  secs(c->retry_delay_ms), "circuit_breaker_failure_threshold",
-                  c->breaker_threshold, "circuit_breaker_open_timeout", secs(c->breaker_open_ms),
-                  "circuit_breaker_max_open_timeout", secs(c->breaker_max_open_ms));
-    /* -1 = "as max_retry" (the proxy's rule): show what applies. */
-    json_object_set_new(
-        ex, "transport_max_retry",
-        json_integer(c->transport_max_retry >= 0 ? c->transport_max_retry : c->max_retry));
-    json_object_set_new(o, "exception_config", ex);
-    json_object_set_new(o, "timeout_config",
-                        json_pack("{s:o, s:o, s:o, s:o}", "first_token_timeout",
-                                  secs(c->first_token_timeout_ms), "infer_timeout",
-                                  secs(c->infer_timeout_ms), "upstream_connect_timeout",
-                                  secs(c->connect_timeout_ms), "graceful_shutdown_timeout",
-                                  secs(c->shutdown_grace_ms)));
-    json_object_set_new(o, "api_key_config",
-                        json_pack("{s:b, s:I}", "enable_api_key", c->api_key_enable, "keys",
-                                  (json_int_t)c->n_api_keys));
-    json_object_set_new(o, "mgmt_api_key_config",
-                        json_pack("{s:b, s:b}", "enable_api_key", c->mgmt_key_enable, "key_loaded",
-                                  c->mgmt_key != NULL));
-    json_object_set_new(o, "inference_workers_config",
-                        json_pack("{s:i}", "num_workers", c->workers));
-    json_object_set_new(o, "tls_config",
-                        json_pack("{s:o, s:o}", "infer_tls_config", tls_json(&c->infer_tls),
-                                  "mgmt_tls_config", tls_json(&c->mgmt_tls)));
-    return o;
+    return cfgtab_dump(&ccfg_cfgtab, c);
 }

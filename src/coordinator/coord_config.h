@@ -1,8 +1,11 @@
 /* coord_config — the motor_coordinator_config block of user_config.json (spec §14).
  *
- * Upstream key names are accepted as they are; keys Motor adds are marked "(motor)" in
- * docs/coordinator.md. Every value is validated; all problems are collected in one pass
- * through cfg_errors so an operator sees them at once. Durations are kept in ms.
+ * The keys are the rows of one table (coord_config.c, common/cfgtab.h): path, type,
+ * field, range, default, live-or-restart, doc. Parsing, defaults, the --check-config
+ * dump and the key table of docs/coordinator.md come from it. Upstream key names are
+ * accepted as they are; keys Motor adds are marked "(motor)". Every value is validated;
+ * all problems are collected in one pass through cfg_errors so an operator sees them at
+ * once. Durations are kept in ms.
  *
  * Not thread-safe; loaded once in main before threads exist, then read-only. */
 #ifndef MOTOR_COORD_CONFIG_H
@@ -53,9 +56,11 @@ struct ccfg {
     bool api_key_enable;
     char **api_keys; /* NULL-terminated; from api_keys[] and api_key_file lines */
     size_t n_api_keys;
+    char *api_key_file; /* as configured (its lines are in api_keys) */
     /* mgmt_api_key_config */
     bool mgmt_key_enable;
-    char *mgmt_key; /* the single-line secret of api_key_file */
+    char *mgmt_key;      /* the single-line secret of api_key_file */
+    char *mgmt_key_file; /* as configured */
     /* inference_workers_config */
     int workers; /* (motor) num_workers; 0 = number of online CPUs */
     /* motor_deploy_config.tls_config */
@@ -78,7 +83,8 @@ void ccfg_apply(struct ccfg *c, json_t *root, struct cfg_errors *e);
  * count). Returns a new reference. */
 json_t *ccfg_to_json(const struct ccfg *c);
 
-/* Read a one-line secret file: the first line without trailing whitespace. Fails with
- * -ENOENT/-EACCES..., -EINVAL (empty), -EFBIG (> 4 KiB). *out is a heap string. */
+/* The table of the keys (docs, diffs: cfgtab.h). */
+struct cfgtab;
+extern const struct cfgtab ccfg_cfgtab;
 
 #endif

@@ -1,6 +1,14 @@
-/* nm_config — load, validate and derive the node manager's configuration (§3). */
+/* nm_config — load, validate and derive the node manager's configuration (§3).
+ *
+ * The keys are the rows of one table (below; common/cfgtab.h): defaults, parsing with
+ * every error collected, the effective dump (--check-config), the reload diff and the
+ * docs' key table come from it. What remains by hand is the loader's order (which block,
+ * which section, which prefix), the engine section's normalisation and the derived
+ * values of §3.4. */
 #include "nodemgr/nm_config.h"
 
+#include "common/cfgtab.h"
+#include "common/jval.h"
 #include "common/log.h"
 #include "common/strbuf.h"
 #include "common/util.h"
@@ -46,6 +54,7 @@ static const char *const json_subconfigs[] = {"kv_transfer_config", "additional_
                                               "compilation_config"};
 
 static const char *const engine_type_names[] = {"vllm", "sglang", "sim", "cmd", NULL};
+static const char *const role_names[] = {"encode", "prefill", "decode", "union", NULL};
 static const char *const role_section_names[] = {
     "motor_engine_encode_config", "motor_engine_prefill_config", "motor_engine_decode_config",
     "motor_engine_union_config"};
@@ -101,16 +110,9 @@ static const char *env_set(const struct nm_config *c, const char *name)
 struct loader {
     struct nm_config *c;
     struct cfg_errors *e;
-    char *base; /* the caller's prefix */
+    struct cfgtab_ctx tab; /* the table's context: errors, environment, given keys */
+    char *base;            /* the caller's prefix */
     json_t *root;
-    /* user values of derived keys, used when the role has no engine section */
-    const char *user_model_name;
-    const char *user_engine_type;
-    json_t *user_parallel;
-    int64_t user_nnodes;
-    bool nm_relaunch_set;
-    bool nm_relaunch;
-    bool container_managed_set;
     bool engine_command_given; /* a non-empty engine_command array, valid or not */
 };
 
@@ -180,266 +182,500 @@ static json_t *find_nm_block(struct nm_config *c, json_t *obj, const char *where
     return found;
 }
 
-/* ---- NM block ----------------------------------------------------------------------- */
+/* ---- the keys ------------------------------------------------------------------------ */
 
-static void apply_tls(json_t *blk, const char *base, struct nm_tls *t, struct cfg_errors *e)
+/* The source blocks rows are read from (applied by build() in this order of appearance). */
+enum {
+    SRC_NM,       /* motor_nodemanger_config: top level, then the role section's */
+    SRC_DEPLOY,   /* motor_deploy_config */
+    SRC_SNAPSHOT, /* motor_container_snapshot_config */
+    SRC_CTL,      /* motor_controller_config */
+    SRC_SECTION,  /* motor_engine_<role>_config */
+    SRC_HEALTH,   /* its health_check_config */
+    SRC_KV,       /* kv_cache_store_config */
+};
+static const char *const src_names[] = {
+    "",
+    "motor_deploy_config",
+    "motor_container_snapshot_config",
+    "motor_controller_config",
+    "motor_engine_<role>_config",
+    "motor_engine_<role>_config.health_check_config",
+    "kv_cache_store_config",
+};
+
+static const char *nonempty_key(const char **s, char *buf, size_t cap)
 {
-    char p[96];
-#define TLS_PATH(k) (snprintf(p, sizeof(p), "%s.%s", base, k), p)
-    t->enable_tls = cfg_get_bool(blk, TLS_PATH("enable_tls"), t->enable_tls, e);
-    set_str(&t->ca_file, cfg_get_string(blk, TLS_PATH("ca_file"), t->ca_file, e));
-    set_str(&t->cert_file, cfg_get_string(blk, TLS_PATH("cert_file"), t->cert_file, e));
-    set_str(&t->key_file, cfg_get_string(blk, TLS_PATH("key_file"), t->key_file, e));
-    set_str(&t->passwd_file, cfg_get_string(blk, TLS_PATH("passwd_file"), t->passwd_file, e));
-    set_str(&t->crl_file, cfg_get_string(blk, TLS_PATH("crl_file"), t->crl_file, e));
-#undef TLS_PATH
+    (void)buf;
+    (void)cap;
+    return **s ? NULL : "must not be empty (omit it to disable the key)";
 }
 
-static void tls_defaults(struct nm_tls *t)
+static const char *absolute_path(const char **s, char *buf, size_t cap)
 {
-    t->enable_tls = false;
-    t->ca_file = xstrdup("security/mgmt/cert/ca.crt");
-    t->cert_file = xstrdup("security/mgmt/cert/server.crt");
-    t->key_file = xstrdup("security/mgmt/keys/server.key");
-    t->passwd_file = xstrdup("security/mgmt/keys/key_pwd.txt");
-    t->crl_file = xstrdup("");
+    if (!**s || **s == '/')
+        return NULL;
+    snprintf(buf, cap, "must be an absolute path, got \"%.160s\"", *s);
+    return buf;
 }
 
-static void tls_release(struct nm_tls *t)
+/* Any case in the file; the canonical upper-case name kept. */
+static const char *log_level_name(const char **s, char *buf, size_t cap)
 {
-    free(t->ca_file);
-    free(t->cert_file);
-    free(t->key_file);
-    free(t->passwd_file);
-    free(t->crl_file);
-    memset(t, 0, sizeof(*t));
-}
-
-static void apply_nm_block(struct loader *L, json_t *blk)
-{
-    struct nm_config *c = L->c;
-    struct cfg_errors *e = L->e;
-
-    /* api_config */
-    const char *pod_ip = cfg_get_string(blk, "api_config.pod_ip", c->pod_ip, e);
-    if (pod_ip && !*pod_ip)
-        cfg_error(e, "api_config.pod_ip", "must not be empty");
-    else
-        set_str(&c->pod_ip, pod_ip);
-    c->node_manager_port =
-        get_int(blk, "api_config.node_manager_port", c->node_manager_port, 1, 65535, e);
-    apply_tls(blk, "mgmt_tls_config", &c->mgmt_tls, e);
-
-    /* endpoint_config: only base_port is an input; the rest is derived. */
-    c->base_port = get_int(blk, "endpoint_config.base_port", c->base_port, 0, 65535, e);
-
-    /* basic_config */
-    const char *job = cfg_get_string(blk, "basic_config.job_name", c->job_name, e);
-    if (job && !*job)
-        cfg_error(e, "basic_config.job_name", "must not be empty");
-    else
-        set_str(&c->job_name, job);
-    L->user_model_name = cfg_get_string(blk, "basic_config.model_name", L->user_model_name, e);
-    L->user_engine_type =
-        cfg_get_enum(blk, "basic_config.engine_type", L->user_engine_type, engine_type_names, e);
-    set_str(&c->hardware_type,
-            cfg_get_string(blk, "basic_config.hardware_type", c->hardware_type, e));
-    c->heartbeat_interval_seconds = cfg_get_double(blk, "basic_config.heartbeat_interval_seconds",
-                                                   c->heartbeat_interval_seconds, 0.001, 3600, e);
-    c->daemon_loop_interval = cfg_get_double(blk, "basic_config.daemon_loop_interval",
-                                             c->daemon_loop_interval, 0.01, 3600, e);
-    c->device_num = get_int(blk, "basic_config.device_num", c->device_num, 0, WIRE_SIZE_MAX, e);
-    c->enable_multi_endpoints =
-        cfg_get_bool(blk, "basic_config.enable_multi_endpoints", c->enable_multi_endpoints, e);
-    L->user_nnodes = cfg_get_int(blk, "basic_config.nnodes", L->user_nnodes, 1, WIRE_SIZE_MAX, e);
-    json_t *par = cfg_get_object(blk, "basic_config.parallel_config", e);
-    if (par)
-        L->user_parallel = par;
-    json_t *caps = cfg_get_array(blk, "basic_config.dispatch_capabilities", e);
-    if (caps && json_array_size(caps) > 0)
-        warn(c, "basic_config.dispatch_capabilities is derived from the engine section; the "
-                "configured value is ignored");
-
-    /* snapshot_config */
-    c->enable_snapshot =
-        cfg_get_bool(blk, "snapshot_config.enable_snapshot", c->enable_snapshot, e);
-    set_str(&c->snapshot_metadata_path,
-            cfg_get_string(blk, "snapshot_config.snapshot_metadata_path", c->snapshot_metadata_path,
-                           e));
-
-    /* fault_tolerance_config */
-    struct nm_ft_config *ft = &c->ft;
-    ft->enable_fault_tolerance = cfg_get_bool(blk, "fault_tolerance_config.enable_fault_tolerance",
-                                              ft->enable_fault_tolerance, e);
-    ft->poll_interval_sec = cfg_get_double(blk, "fault_tolerance_config.poll_interval_sec",
-                                           ft->poll_interval_sec, 0.01, 3600, e);
-    ft->poll_timeout_sec = cfg_get_double(blk, "fault_tolerance_config.poll_timeout_sec",
-                                          ft->poll_timeout_sec, 0.01, 3600, e);
-    ft->max_poll_failures = get_int(blk, "fault_tolerance_config.max_poll_failures",
-                                    ft->max_poll_failures, 1, 1000000, e);
-    ft->max_consecutive_404 = get_int(blk, "fault_tolerance_config.max_consecutive_404",
-                                      ft->max_consecutive_404, 1, 1000000, e);
-    ft->unsupported_reprobe_interval_sec =
-        cfg_get_double(blk, "fault_tolerance_config.unsupported_reprobe_interval_sec",
-                       ft->unsupported_reprobe_interval_sec, 0.01, 86400, e);
-    if (cfg_lookup(blk, "fault_tolerance_config.enable_engine_relaunch")) {
-        L->nm_relaunch =
-            cfg_get_bool(blk, "fault_tolerance_config.enable_engine_relaunch", L->nm_relaunch, e);
-        L->nm_relaunch_set = true;
-    }
-    ft->engine_restart_wait_timeout_sec =
-        cfg_get_double(blk, "fault_tolerance_config.engine_restart_wait_timeout_sec",
-                       ft->engine_restart_wait_timeout_sec, 60, 3600, e);
-    ft->engine_restart_freeze_sec =
-        cfg_get_double(blk, "fault_tolerance_config.engine_restart_freeze_sec",
-                       ft->engine_restart_freeze_sec, 120, 7200, e);
-    if (cfg_lookup(blk, "fault_tolerance_config.container_restart_managed")) {
-        ft->container_restart_managed =
-            cfg_get_bool(blk, "fault_tolerance_config.container_restart_managed",
-                         ft->container_restart_managed, e);
-        L->container_managed_set = true;
-    }
-    if (cfg_lookup(blk, "fault_tolerance_config.enable_dp_scale_down_proxy"))
-        warn(c, "fault_tolerance_config.enable_dp_scale_down_proxy is derived from "
-                "motor_controller_config.fault_tolerance_config (enable_fault_tolerance && "
-                "enable_dp_scale_down); the configured value is ignored");
-
-    /* vllm_startup_acceleration_config */
-    c->enable_startup_plan = cfg_get_bool(
-        blk, "vllm_startup_acceleration_config.enable_startup_plan", c->enable_startup_plan, e);
-    c->enable_graph_reuse = cfg_get_bool(blk, "vllm_startup_acceleration_config.enable_graph_reuse",
-                                         c->enable_graph_reuse, e);
-    const char *root_dir = cfg_get_string(blk, "vllm_startup_acceleration_config.cache_root",
-                                          c->startup_cache_root, e);
-    if (root_dir && *root_dir && root_dir[0] != '/')
-        cfg_error(e, "vllm_startup_acceleration_config.cache_root",
-                  "must be an absolute path, got \"%s\"", root_dir);
-    else
-        set_str(&c->startup_cache_root, root_dir);
-
-    /* logging_config */
-    const char *lvl = cfg_get_string(blk, "logging_config.log_level", c->log_level, e);
+    static const char *const canon[] = {"DEBUG", "INFO", "WARNING", "ERROR"};
     enum log_level parsed;
-    if (lvl && lvl != c->log_level) {
-        if (log_parse_level(lvl, &parsed) < 0) {
-            cfg_error(e, "logging_config.log_level",
-                      "must be one of DEBUG, INFO, WARNING, ERROR, got \"%s\"", lvl);
-        } else {
-            static const char *const canon[] = {"DEBUG", "INFO", "WARNING", "ERROR"};
-            set_str(&c->log_level, canon[parsed]);
-        }
+    if (log_parse_level(*s, &parsed) < 0) {
+        snprintf(buf, cap, "must be one of DEBUG, INFO, WARNING, ERROR, got \"%.160s\"", *s);
+        return buf;
     }
-    c->log_max_line_length =
-        get_int(blk, "logging_config.log_max_line_length", c->log_max_line_length, 1, 1 << 24, e);
-    set_str(&c->host_log_dir,
-            cfg_get_string(blk, "logging_config.host_log_dir", c->host_log_dir, e));
-
-    /* port_allocator_config */
-    c->port_alloc_enable =
-        cfg_get_bool(blk, "port_allocator_config.enable", c->port_alloc_enable, e);
-    c->port_alloc_scan_range =
-        get_int(blk, "port_allocator_config.scan_range", c->port_alloc_scan_range, 0, 65535, e);
-    c->port_alloc_probe_timeout_seconds =
-        cfg_get_double(blk, "port_allocator_config.probe_timeout_seconds",
-                       c->port_alloc_probe_timeout_seconds, 0.001, 60, e);
-    c->port_alloc_remote_check_timeout_seconds =
-        cfg_get_double(blk, "port_allocator_config.remote_check_timeout_seconds",
-                       c->port_alloc_remote_check_timeout_seconds, 0.001, 60, e);
-    set_str(&c->port_alloc_bind_host,
-            cfg_get_string(blk, "port_allocator_config.bind_host", c->port_alloc_bind_host, e));
-
-    /* Motor additions */
-    static const char *const policies[] = {"controller", "local", NULL};
-    const char *pol =
-        cfg_get_enum(blk, "restart_policy",
-                     c->restart_policy == NM_RESTART_LOCAL ? "local" : "controller", policies, e);
-    c->restart_policy = strcmp(pol, "local") == 0 ? NM_RESTART_LOCAL : NM_RESTART_CONTROLLER;
-    /* 0 = restart at once (the timer's 1 ms floor, nm_backoff_next); storms are bounded by
-     * restart_start_limit, not by a minimum delay. */
-    c->restart_backoff_initial_sec = cfg_get_double(blk, "restart_backoff_initial_sec",
-                                                    c->restart_backoff_initial_sec, 0, 3600, e);
-    c->restart_backoff_max_sec =
-        cfg_get_double(blk, "restart_backoff_max_sec", c->restart_backoff_max_sec, 0, 86400, e);
-    c->restart_reset_after_sec =
-        cfg_get_double(blk, "restart_reset_after_sec", c->restart_reset_after_sec, 1, 604800, e);
-    c->restart_start_limit =
-        get_int(blk, "restart_start_limit", c->restart_start_limit, 0, 1000000, e);
-    c->standalone = cfg_get_bool(blk, "standalone", c->standalone, e);
-    const char *key = cfg_get_string(blk, "management_api_key", c->management_api_key, e);
-    if (key && !*key)
-        cfg_error(e, "management_api_key", "must not be empty (omit it to disable the key)");
-    else
-        set_str(&c->management_api_key, key);
-    const char *kf = cfg_get_string(blk, "management_api_key_file", c->management_api_key_file, e);
-    if (kf && !*kf)
-        cfg_error(e, "management_api_key_file", "must not be empty");
-    else
-        set_str(&c->management_api_key_file, kf);
-    set_str(&c->engine_log_dir, cfg_get_string(blk, "engine_log_dir", c->engine_log_dir, e));
-    c->engine_log_rotation_bytes = cfg_get_int(blk, "engine_log_rotation_size",
-                                               c->engine_log_rotation_bytes >> 20, 1, 10240, e)
-                                   << 20;
-    c->engine_log_rotation_count =
-        get_int(blk, "engine_log_rotation_count", c->engine_log_rotation_count, 1, 1000, e);
-    c->stop_grace_seconds =
-        cfg_get_double(blk, "stop_grace_seconds", c->stop_grace_seconds, 0, 3600, e);
+    *s = canon[parsed];
+    return NULL;
 }
 
-static void set_defaults(struct nm_config *c)
+/* basic_config.parallel_config: used only when the role has no engine section; the
+ * effective sizes (c->parallel) are what is shown. */
+static void parallel_parse(const struct cfgtab_row *r, void *base, json_t *v, const char *path,
+                           struct cfgtab_ctx *ctx)
 {
-    const char *pod_ip = env_set(c, "POD_IP");
-    c->pod_ip = xstrdup(pod_ip ? pod_ip : "127.0.0.1");
-    c->node_manager_port = 1026;
-    tls_defaults(&c->mgmt_tls);
-    tls_defaults(&c->infer_tls);
-    c->base_port = 10000;
-    c->job_name = xstrdup(env_set(c, "JOB_NAME"));
-    c->hardware_type = xstrdup("800I-A3");
-    c->heartbeat_interval_seconds = 3;
-    c->daemon_loop_interval = 5.0;
-    c->enable_multi_endpoints = true;
-    c->snapshot_metadata_path = xstrdup("");
-    c->ft = (struct nm_ft_config){
-        .poll_interval_sec = 1.0,
-        .poll_timeout_sec = 5.0,
-        .max_poll_failures = 3,
-        .max_consecutive_404 = 3,
-        .unsupported_reprobe_interval_sec = 60.0,
-        .enable_engine_relaunch = true,
-        .engine_restart_wait_timeout_sec = 180.0,
-        .engine_restart_freeze_sec = 720.0,
-    };
-    c->startup_cache_root = xstrdup("");
-    c->log_level = xstrdup("INFO");
-    c->log_max_line_length = 8192;
-    c->host_log_dir = xstrdup("/root/ascend/log");
-    c->port_alloc_enable = true;
-    c->port_alloc_scan_range = 100;
-    c->port_alloc_probe_timeout_seconds = 0.5;
-    c->port_alloc_remote_check_timeout_seconds = 1.0;
-    c->port_alloc_bind_host = xstrdup("0.0.0.0");
-    c->restart_policy = NM_RESTART_CONTROLLER;
-    c->restart_backoff_initial_sec = 1;
-    c->restart_backoff_max_sec = 60;
-    c->restart_reset_after_sec = 600;
-    c->restart_start_limit = 10;
-    c->engine_log_dir = xstrdup("");
-    c->engine_log_rotation_bytes = (int64_t)20 << 20;
-    c->engine_log_rotation_count = 10;
-    c->stop_grace_seconds = 10;
-    c->health = (struct nm_health){
-        .health_collector_timeout = 5,
-        .health_collector_timeout_retry_attempts = 3,
-        .startup_timeout = 1800,
-        .npu_usage_threshold = 3,
-        .max_failure_count = 6,
-        .virtual_inference_timeout = 5.0,
-    };
-    c->dp_master_port = 29500;
-    c->dp_rpc_port = 9000;
-    c->nnodes = 1;
-    wire_parallel_config_default(&c->parallel);
+    struct nm_config *c = base;
+    if (!cfg_read_object(v, path, ctx->errs))
+        return;
+    json_decref(c->user_parallel);
+    c->user_parallel = json_incref(v);
 }
+
+static json_t *parallel_dump(const struct cfgtab_row *r, const void *base)
+{
+    return wire_parallel_config_to_json(&((const struct nm_config *)base)->parallel);
+}
+
+static void parallel_release(const struct cfgtab_row *r, void *base)
+{
+    struct nm_config *c = base;
+    json_decref(c->user_parallel);
+    c->user_parallel = NULL;
+}
+
+static const struct cfgtab_ops parallel_ops = {
+    .parse = parallel_parse, .dump = parallel_dump, .release = parallel_release};
+
+/* Derived keys a user may still write: dropped with a warning. */
+static void caps_parse(const struct cfgtab_row *r, void *base, json_t *v, const char *path,
+                       struct cfgtab_ctx *ctx)
+{
+    if (cfg_read_array(v, path, ctx->errs) && json_array_size(v) > 0)
+        warn(base, "basic_config.dispatch_capabilities is derived from the engine section; the "
+                   "configured value is ignored");
+}
+static const struct cfgtab_ops caps_ops = {.parse = caps_parse};
+
+static void proxy_parse(const struct cfgtab_row *r, void *base, json_t *v, const char *path,
+                        struct cfgtab_ctx *ctx)
+{
+    warn(base, "fault_tolerance_config.enable_dp_scale_down_proxy is derived from "
+               "motor_controller_config.fault_tolerance_config (enable_fault_tolerance && "
+               "enable_dp_scale_down); the configured value is ignored");
+}
+static const struct cfgtab_ops proxy_ops = {.parse = proxy_parse};
+
+static void engine_command_parse(const struct cfgtab_row *r, void *base, json_t *arr,
+                                 const char *path, struct cfgtab_ctx *ctx)
+{
+    struct nm_config *c = base;
+    struct loader *L = ctx->ud;
+    if (!cfg_read_array(arr, path, L->e))
+        return;
+    L->engine_command_given = json_array_size(arr) > 0;
+    size_t i;
+    json_t *v;
+    json_array_foreach(arr, i, v)
+    {
+        char p[48];
+        snprintf(p, sizeof(p), "engine_command[%zu]", i);
+        if (!json_is_string(v) || strlen(json_string_value(v)) != json_string_length(v)) {
+            cfg_error(L->e, p, "must be a string without NUL characters");
+            continue;
+        }
+        char bad[96];
+        if (nm_config_check_template(json_string_value(v), bad, sizeof(bad)) < 0)
+            cfg_error(L->e, p,
+                      "%s (known: {host} {port} {dp_rank} {dp_size} {node_rank} "
+                      "{master_addr} {instance_id} {role} {model})",
+                      bad);
+        wire_strlist_push(&c->engine_command, json_string_value(v));
+    }
+}
+static const struct cfgtab_ops engine_command_ops = {.parse = engine_command_parse};
+
+/* kv_cache_store_config.mode: anything but "separated" is combined (with a warning). */
+static void kv_mode_parse(const struct cfgtab_row *r, void *base, json_t *v, const char *path,
+                          struct cfgtab_ctx *ctx)
+{
+    struct nm_config *c = base;
+    const char *mode;
+    if (!cfg_read_string(v, path, &mode, ctx->errs))
+        return;
+    c->kv.mode = strcmp(mode, "separated") == 0 ? NM_KV_SEPARATED : NM_KV_COMBINED;
+    if (c->kv.mode == NM_KV_COMBINED && strcmp(mode, "combined") != 0)
+        warn(c, "kv_cache_store_config.mode \"%s\" is not combined/separated; using combined",
+             mode);
+}
+static const struct cfgtab_ops kv_mode_ops = {.parse = kv_mode_parse};
+
+/* Sizes: "1GB" as written, or a non-negative integer kept as its digits. */
+static void kv_size_parse(const struct cfgtab_row *r, void *base, json_t *v, const char *path,
+                          struct cfgtab_ctx *ctx)
+{
+    char **dst = (char **)((char *)base + r->off);
+    char *s = NULL;
+    if (jval_numstr(v, SIZE_MAX, &s) != JVAL_OK) {
+        cfg_error(ctx->errs, path, "must be a size string (\"1GB\") or a non-negative integer");
+        return;
+    }
+    free(*dst);
+    *dst = s;
+}
+static const struct cfgtab_ops kv_size_ops = {.parse = kv_size_parse};
+
+static json_t *service_ports_dump(const struct cfgtab_row *r, const void *base)
+{
+    const struct nm_config *c = base;
+    json_t *a = json_array();
+    for (int i = 0; i < c->endpoint_num; i++) {
+        char buf[16];
+        snprintf(buf, sizeof(buf), "%d", c->service_ports[i]);
+        json_array_append_new(a, json_string(buf));
+    }
+    return a;
+}
+
+static void service_ports_release(const struct cfgtab_row *r, void *base)
+{
+    struct nm_config *c = base;
+    free(c->service_ports);
+    c->service_ports = NULL;
+}
+static const struct cfgtab_ops service_ports_ops = {.dump = service_ports_dump,
+                                                    .release = service_ports_release};
+
+static json_t *bootstrap_dump(const struct cfgtab_row *r, const void *base)
+{
+    int port = ((const struct nm_config *)base)->bootstrap_port;
+    return port ? json_integer(port) : json_null();
+}
+static const struct cfgtab_ops bootstrap_ops = {.dump = bootstrap_dump};
+
+static json_t *ft_capability_dump(const struct cfgtab_row *r, const void *base)
+{
+    return wire_ft_capability_to_json(&((const struct nm_config *)base)->ft_capability);
+}
+static const struct cfgtab_ops ft_capability_ops = {.dump = ft_capability_dump};
+
+#define TOFF(f) offsetof(struct nm_tls, f)
+
+static const struct cfgtab_row tls_rows[] = {
+    {"enable_tls", CFGTAB_BOOL, TOFF(enable_tls), .doc = "turns it on"},
+    {"ca_file", CFGTAB_STRING, TOFF(ca_file), .def_s = "security/mgmt/cert/ca.crt"},
+    {"cert_file", CFGTAB_STRING, TOFF(cert_file), .def_s = "security/mgmt/cert/server.crt"},
+    {"key_file", CFGTAB_STRING, TOFF(key_file), .def_s = "security/mgmt/keys/server.key"},
+    {"passwd_file", CFGTAB_STRING, TOFF(passwd_file), .def_s = "security/mgmt/keys/key_pwd.txt"},
+    {"crl_file", CFGTAB_STRING, TOFF(crl_file), .def_s = "", .doc = "not supported (logged)"},
+};
+static const struct cfgtab tls_table = CFGTAB_TABLE("tls", tls_rows, NULL);
+
+#define OFF(f) offsetof(struct nm_config, f)
+#define LIST(f) OFF(f.items), OFF(f.n)
+#define L CFGTAB_LIVE
+#define M CFGTAB_MOTOR
+#define D CFGTAB_DERIVED
+
+static const char *const policy_names[] = {"controller", "local", NULL};
+static const char *const profile_names[] = {"handoff", "trigger", NULL};
+static const char *const kv_backend_names[] = {"memcache", "mooncake", NULL};
+static const char *const kv_mode_names[] = {"combined", "separated", NULL};
+static const char *const kv_lsm_names[] = {"standalone", "inprocess", NULL};
+static const char *const kv_store_mode_names[] = {"", "embedded", "standalone", NULL};
+
+/* In the order the blocks were always read (error reports keep that order); derived
+ * values next to the keys they come from, at their place in the dump. */
+static const struct cfgtab_row rows[] = {
+    {"config_path", CFGTAB_STRING, OFF(config_path), .flags = L | D},
+    {"role", CFGTAB_ENUM, OFF(role), .flags = D, .names = role_names},
+    {"role_section", CFGTAB_STRING, OFF(role_section), .flags = D},
+
+    /* motor_nodemanger_config */
+    {"api_config.pod_ip", CFGTAB_STRING, OFF(pod_ip), .flags = CFGTAB_NONEMPTY, .env = "POD_IP",
+     .def_s = "127.0.0.1",
+     .doc = "API bind address, registered pod IP, the IP every start-command endpoint must carry"},
+    {"api_config.node_manager_port", CFGTAB_INT, OFF(node_manager_port), .min = 1, .max = 65535,
+     .def_i = 1026, .doc = "API port (single container: + index)"},
+    {"mgmt_tls_config", CFGTAB_GROUP, OFF(mgmt_tls), .sub = &tls_table,
+     .doc = "HTTPS on the API (a readable `ca_file` makes it mutual TLS) and towards the "
+            "Controller"},
+    {"endpoint_config.endpoint_num", CFGTAB_INT, OFF(endpoint_num), .flags = D},
+    {"endpoint_config.base_port", CFGTAB_INT, OFF(base_port), .min = 0, .max = 65535,
+     .def_i = 10000,
+     .doc = "engine business ports `base_port + 2i` (applies to the next start command)"},
+    {"endpoint_config.service_ports", CFGTAB_CUSTOM, OFF(service_ports), .flags = D,
+     .ops = &service_ports_ops},
+    {"endpoint_config.bootstrap_port", CFGTAB_CUSTOM, OFF(bootstrap_port), .flags = L | D,
+     .ops = &bootstrap_ops},
+    {"basic_config.job_name", CFGTAB_STRING, OFF(job_name), .flags = L | CFGTAB_NONEMPTY,
+     .env = "JOB_NAME", .doc = "required to register; start commands must carry it"},
+    {"basic_config.role", CFGTAB_ENUM, OFF(role), .flags = D, .names = role_names},
+    {"basic_config.model_name", CFGTAB_STRING, OFF(model_name), .flags = L,
+     .doc = "used only when the role has no engine section (else served_model_name / model)"},
+    {"basic_config.engine_type", CFGTAB_ENUM, OFF(engine_type), .flags = L,
+     .names = engine_type_names, .doc = "used only when the role has no engine section"},
+    {"basic_config.dispatch_capabilities", CFGTAB_STRLIST, LIST(dispatch_capabilities), .flags = L,
+     .ops = &caps_ops, .type_doc = "derived",
+     .doc = "derived from the engine section; a configured value is dropped with a warning"},
+    {"basic_config.ft_capability", CFGTAB_CUSTOM, OFF(ft_capability), .flags = L | D,
+     .ops = &ft_capability_ops},
+    {"basic_config.hardware_type", CFGTAB_STRING, OFF(hardware_type), .flags = L,
+     .def_s = "800I-A3", .doc = "`motor_deploy_config.hardware_type` wins"},
+    {"basic_config.heartbeat_interval_seconds", CFGTAB_DOUBLE, OFF(heartbeat_interval_seconds),
+     .flags = L, .min = 0.001, .max = 3600, .def_d = 3,
+     .doc = "heartbeat period and suicide-arbitration period"},
+    {"basic_config.daemon_loop_interval", CFGTAB_DOUBLE, OFF(daemon_loop_interval), .flags = L,
+     .min = 0.01, .max = 3600, .def_d = 5, .doc = "period of the services' health checks"},
+    {"basic_config.device_num", CFGTAB_INT, OFF(device_num), .flags = L, .min = 0,
+     .max = WIRE_SIZE_MAX, .def_doc = "0 = derived",
+     .doc = "devices of the pod (endpoints = min(dp, devices / local world size))"},
+    {"basic_config.enable_multi_endpoints", CFGTAB_BOOL, OFF(enable_multi_endpoints), .flags = L,
+     .def_i = 1, .doc = "false: one endpoint per pod"},
+    {"basic_config.nnodes", CFGTAB_INT, OFF(nnodes), .flags = L, .min = 1, .max = WIRE_SIZE_MAX,
+     .def_i = 1, .doc = "used only when the role has no engine section"},
+    {"basic_config.parallel_config", CFGTAB_CUSTOM, OFF(user_parallel), .flags = L,
+     .ops = &parallel_ops, .doc = "used only when the role has no engine section"},
+    {"basic_config.dp_master_port", CFGTAB_INT, OFF(dp_master_port), .flags = L | D},
+    {"basic_config.dp_rpc_port", CFGTAB_INT, OFF(dp_rpc_port), .flags = L | D},
+    {"snapshot_config.enable_snapshot", CFGTAB_BOOL, OFF(enable_snapshot),
+     .doc = "vllm only; turns the config watch off"},
+    {"snapshot_config.snapshot_metadata_path", CFGTAB_STRING, OFF(snapshot_metadata_path),
+     .def_s = ""},
+    {"fault_tolerance_config.enable_fault_tolerance", CFGTAB_BOOL, OFF(ft.enable_fault_tolerance),
+     .flags = L, .doc = "engine FT polling; also on when the engine section advertises FT"},
+    {"fault_tolerance_config.poll_interval_sec", CFGTAB_DOUBLE, OFF(ft.poll_interval_sec),
+     .flags = L, .min = 0.01, .max = 3600, .def_d = 1, .doc = "FT status poll period"},
+    {"fault_tolerance_config.poll_timeout_sec", CFGTAB_DOUBLE, OFF(ft.poll_timeout_sec), .flags = L,
+     .min = 0.01, .max = 3600, .def_d = 5,
+     .doc = "FT poll timeout (also bounds the proxy's status/apply calls)"},
+    {"fault_tolerance_config.max_poll_failures", CFGTAB_INT, OFF(ft.max_poll_failures), .flags = L,
+     .min = 1, .max = 1000000, .def_i = 3,
+     .doc = "consecutive failed polls → one `EngineDeadError` \"unreachable\""},
+    {"fault_tolerance_config.max_consecutive_404", CFGTAB_INT, OFF(ft.max_consecutive_404),
+     .flags = L, .min = 1, .max = 1000000, .def_i = 3,
+     .doc = "404s in a row → the engine has no FT API (\"unsupported\")"},
+    {"fault_tolerance_config.unsupported_reprobe_interval_sec", CFGTAB_DOUBLE,
+     OFF(ft.unsupported_reprobe_interval_sec), .flags = L, .min = 0.01, .max = 86400, .def_d = 60,
+     .doc = "an \"unsupported\" engine is probed again this often"},
+    {"fault_tolerance_config.enable_engine_relaunch", CFGTAB_BOOL, OFF(ft.enable_engine_relaunch),
+     .flags = L, .def_i = 1, .def_doc = "the Controller's, true",
+     .doc = "freeze suicide after an accepted death report"},
+    {"fault_tolerance_config.engine_restart_wait_timeout_sec", CFGTAB_DOUBLE,
+     OFF(ft.engine_restart_wait_timeout_sec), .flags = L, .min = 60, .max = 3600, .def_d = 180,
+     .doc = "that freeze"},
+    {"fault_tolerance_config.engine_restart_freeze_sec", CFGTAB_DOUBLE,
+     OFF(ft.engine_restart_freeze_sec), .flags = L, .min = 120, .max = 7200, .def_d = 720,
+     .doc = "freeze during an in-place relaunch"},
+    {"fault_tolerance_config.container_restart_managed", CFGTAB_BOOL,
+     OFF(ft.container_restart_managed), .flags = L,
+     .def_doc = "auto: true iff `$KUBERNETES_SERVICE_HOST` or `$POD_NAMESPACE`",
+     .doc = "false: never commit suicide (docker, systemd)"},
+    {"fault_tolerance_config.enable_dp_scale_down_proxy", CFGTAB_BOOL,
+     OFF(ft.enable_dp_scale_down_proxy), .flags = L, .ops = &proxy_ops, .type_doc = "derived",
+     .doc = "derived from the Controller's block; a configured value is ignored with a warning"},
+    {"vllm_startup_acceleration_config.enable_startup_plan", CFGTAB_BOOL, OFF(enable_startup_plan),
+     .flags = L, .doc = "vllm only"},
+    {"vllm_startup_acceleration_config.enable_graph_reuse", CFGTAB_BOOL, OFF(enable_graph_reuse),
+     .flags = L, .doc = "vllm only"},
+    {"vllm_startup_acceleration_config.cache_root", CFGTAB_STRING, OFF(startup_cache_root),
+     .flags = L, .def_s = "", .check = absolute_path, .doc = "\"\" or an absolute path"},
+    {"logging_config.log_level", CFGTAB_STRING, OFF(log_level), .flags = L, .def_s = "INFO",
+     .check = log_level_name, .type_doc = "DEBUG, INFO, WARNING, ERROR (any case)",
+     .doc = "the node manager's own log level"},
+    {"logging_config.log_max_line_length", CFGTAB_INT, OFF(log_max_line_length), .flags = L,
+     .min = 1, .max = 1 << 24, .def_i = 8192,
+     .doc = "longer engine output lines are truncated in the tail and files"},
+    {"logging_config.host_log_dir", CFGTAB_STRING, OFF(host_log_dir), .flags = L,
+     .def_s = "/root/ascend/log"},
+    {"port_allocator_config.enable", CFGTAB_BOOL, OFF(port_alloc_enable), .def_i = 1,
+     .doc = "probe-bind the API and engine ports at start; a busy one moves (§3.8)"},
+    {"port_allocator_config.scan_range", CFGTAB_INT, OFF(port_alloc_scan_range), .min = 0,
+     .max = 65535, .def_i = 100, .doc = "ports tried above a busy one"},
+    {"port_allocator_config.probe_timeout_seconds", CFGTAB_DOUBLE,
+     OFF(port_alloc_probe_timeout_seconds), .min = 0.001, .max = 60, .def_d = 0.5,
+     .doc = "a busy port is probed again this long"},
+    {"port_allocator_config.remote_check_timeout_seconds", CFGTAB_DOUBLE,
+     OFF(port_alloc_remote_check_timeout_seconds), .min = 0.001, .max = 60, .def_d = 1,
+     .doc = "accepted, unused"},
+    {"port_allocator_config.bind_host", CFGTAB_STRING, OFF(port_alloc_bind_host),
+     .def_s = "0.0.0.0", .doc = "where ports are probed"},
+    {"restart_policy", CFGTAB_ENUM, OFF(restart_policy), .flags = L | M, .names = policy_names,
+     .dump = "motor.restart_policy",
+     .doc = "`controller`: report deaths, wait for `/engine-restart`; `local`: restart here"},
+    {"restart_backoff_initial_sec", CFGTAB_DOUBLE, OFF(restart_backoff_initial_sec), .flags = L | M,
+     .min = 0, .max = 3600, .def_d = 1, .dump = "motor.restart_backoff_initial_sec",
+     .doc = "local restarts wait 1, 2, 4, … s (0 = at once)"},
+    {"restart_backoff_max_sec", CFGTAB_DOUBLE, OFF(restart_backoff_max_sec), .flags = L | M,
+     .min = 0, .max = 86400, .def_d = 60, .dump = "motor.restart_backoff_max_sec",
+     .doc = "… up to this"},
+    {"restart_reset_after_sec", CFGTAB_DOUBLE, OFF(restart_reset_after_sec), .flags = L | M,
+     .min = 1, .max = 604800, .def_d = 600, .dump = "motor.restart_reset_after_sec",
+     .doc = "ready this long before dying resets the backoff and the count"},
+    {"restart_start_limit", CFGTAB_INT, OFF(restart_start_limit), .flags = L | M, .min = 0,
+     .max = 1000000, .def_i = 10, .dump = "motor.restart_start_limit",
+     .doc = "restarts within one reset window before the endpoint is `failed` (0 = unlimited)"},
+    {"standalone", CFGTAB_BOOL, OFF(standalone), .flags = M, .dump = "motor.standalone",
+     .doc = "no Controller: launch the configured endpoints at boot, never register"},
+    {"management_api_key", CFGTAB_STRING, OFF(management_api_key), .flags = M | CFGTAB_SECRET,
+     .check = nonempty_key, .dump = "motor.management_api_key",
+     .doc = "require `X-Motor-Management-Key` on state-changing routes"},
+    {"management_api_key_file", CFGTAB_STRING, OFF(management_api_key_file),
+     .flags = M | CFGTAB_NONEMPTY, .dump = "motor.management_api_key_file",
+     .doc = "the key from a file (trailing whitespace trimmed); not with `management_api_key`"},
+    {"engine_log_dir", CFGTAB_STRING, OFF(engine_log_dir), .flags = L | M, .def_s = "",
+     .dump = "motor.engine_log_dir", .doc = "rotated files `engine-<id>.log` (none when empty)"},
+    {"engine_log_rotation_size", CFGTAB_INT64, OFF(engine_log_rotation_bytes), .flags = L | M,
+     .min = 1, .max = 10240, .def_i = 20, .scale = 1 << 20,
+     .dump = "motor.engine_log_rotation_size", .doc = "MiB per file"},
+    {"engine_log_rotation_count", CFGTAB_INT, OFF(engine_log_rotation_count), .flags = L | M,
+     .min = 1, .max = 1000, .def_i = 10, .dump = "motor.engine_log_rotation_count",
+     .doc = "files kept per endpoint"},
+    {"stop_grace_seconds", CFGTAB_DOUBLE, OFF(stop_grace_seconds), .flags = L | M, .min = 0,
+     .max = 3600, .def_d = 10, .dump = "motor.stop_grace_seconds",
+     .doc = "SIGTERM → SIGKILL grace of an engine process group"},
+
+    /* overrides from the deploy and snapshot blocks */
+    {"hardware_type", CFGTAB_STRING, OFF(hardware_type), .src = SRC_DEPLOY,
+     .flags = L | CFGTAB_OVERRIDE,
+     .doc = "`800I_A2`, `800I_A3`, `Ascend950`; overrides `basic_config.hardware_type`"},
+    {"tls_config.mgmt_tls_config", CFGTAB_GROUP, OFF(mgmt_tls), .src = SRC_DEPLOY,
+     .flags = CFGTAB_OVERRIDE | CFGTAB_IFPRESENT, .sub = &tls_table,
+     .doc = "overrides `mgmt_tls_config`"},
+    {"tls_config.infer_tls_config", CFGTAB_GROUP, OFF(infer_tls), .src = SRC_DEPLOY,
+     .flags = L | CFGTAB_IFPRESENT, .sub = &tls_table, .dump = "infer_tls_config",
+     .doc = "HTTPS towards the engines (probes)"},
+    {"enable_snapshot", CFGTAB_BOOL, OFF(enable_snapshot), .src = SRC_SNAPSHOT,
+     .flags = CFGTAB_OVERRIDE, .doc = "overrides `snapshot_config.enable_snapshot`"},
+    {"snapshot_metadata_path", CFGTAB_STRING, OFF(snapshot_metadata_path), .src = SRC_SNAPSHOT,
+     .flags = CFGTAB_OVERRIDE, .doc = "overrides `snapshot_config.snapshot_metadata_path`"},
+
+    /* motor_controller_config: where the Controller is and what it does */
+    {"api_config.controller_api_dns", CFGTAB_STRING, OFF(controller_host), .src = SRC_CTL,
+     .flags = L | CFGTAB_NONEMPTY, .env = "CONTROLLER_SERVICE", .def_s = DEFAULT_CONTROLLER_DNS,
+     .dump = "controller.controller_api_dns", .doc = "the Controller's address"},
+    {"api_config.controller_api_port", CFGTAB_INT, OFF(controller_port), .src = SRC_CTL, .flags = L,
+     .min = 1, .max = 65535, .def_i = 1026, .dump = "controller.controller_api_port",
+     .doc = "the Controller's port"},
+    {"fault_tolerance_config.enable_fault_tolerance", CFGTAB_BOOL,
+     OFF(controller_enable_fault_tolerance), .src = SRC_CTL, .flags = L, .def_i = 1,
+     .dump = "controller.enable_fault_tolerance",
+     .doc = "with `enable_dp_scale_down`: the DP scale-down proxy routes are on"},
+    {"fault_tolerance_config.enable_dp_scale_down", CFGTAB_BOOL,
+     OFF(controller_enable_dp_scale_down), .src = SRC_CTL, .flags = L,
+     .dump = "controller.enable_dp_scale_down"},
+    {"fault_tolerance_config.enable_engine_relaunch", CFGTAB_BOOL,
+     OFF(controller_enable_engine_relaunch), .src = SRC_CTL, .flags = L | CFGTAB_NODUMP, .def_i = 1,
+     .doc = "the default of `fault_tolerance_config.enable_engine_relaunch`"},
+
+    /* the engine section */
+    {"engine_type", CFGTAB_ENUM, OFF(engine_type), .src = SRC_SECTION, .flags = L | CFGTAB_OVERRIDE,
+     .names = engine_type_names, .def_doc = "`vllm`",
+     .doc = "`sim`: `motor engine-sim` with vLLM's flags; `cmd`: the `engine_command` template"},
+    {"dispatch_profile", CFGTAB_STRING, OFF(dispatch_profile), .src = SRC_SECTION, .flags = L | M,
+     .names = profile_names, .dump = "engine.dispatch_profile",
+     .doc = "overrides the capability derived from the KV connector"},
+    {"engine_command", CFGTAB_STRLIST, LIST(engine_command), .src = SRC_SECTION, .flags = L | M,
+     .ops = &engine_command_ops, .dump = "engine.engine_command",
+     .doc = "`cmd` only: argv template with {host} {port} {dp_rank} {dp_size} {node_rank} "
+            "{master_addr} {instance_id} {role} {model}"},
+    {"engine.engine_type", CFGTAB_ENUM, OFF(engine_type), .flags = L | D,
+     .names = engine_type_names},
+    {"engine.engine_config", CFGTAB_CUSTOM, OFF(engine_config), .flags = L | D,
+     .ops = &cfgtab_ops_json},
+    {"engine.motor_bin", CFGTAB_STRING, OFF(motor_bin), .flags = L | D},
+    {"health_collector_timeout", CFGTAB_INT, OFF(health.health_collector_timeout),
+     .src = SRC_HEALTH, .flags = L, .min = 1, .max = 3600, .def_i = 5,
+     .dump = "health_check_config.health_collector_timeout", .doc = "`/health` probe timeout, s"},
+    {"health_collector_timeout_retry_attempts", CFGTAB_INT,
+     OFF(health.health_collector_timeout_retry_attempts), .src = SRC_HEALTH, .flags = L, .min = 1,
+     .max = 100, .def_i = 3, .dump = "health_check_config.health_collector_timeout_retry_attempts",
+     .doc = "attempts per probe (only timeouts are retried)"},
+    {"startup_timeout", CFGTAB_INT, OFF(health.startup_timeout), .src = SRC_HEALTH, .flags = L,
+     .min = 1, .max = 604800, .def_i = 1800, .dump = "health_check_config.startup_timeout",
+     .doc = "model-load window, s: failing probes keep `starting` until then"},
+    {"enable_virtual_inference", CFGTAB_BOOL, OFF(health.enable_virtual_inference),
+     .src = SRC_HEALTH, .flags = L, .dump = "health_check_config.enable_virtual_inference"},
+    {"npu_usage_threshold", CFGTAB_INT, OFF(health.npu_usage_threshold), .src = SRC_HEALTH,
+     .flags = L, .min = 0, .max = 100, .def_i = 3,
+     .dump = "health_check_config.npu_usage_threshold"},
+    {"max_failure_count", CFGTAB_INT, OFF(health.max_failure_count), .src = SRC_HEALTH, .flags = L,
+     .min = 1, .max = 1000000, .def_i = 6, .dump = "health_check_config.max_failure_count"},
+    {"virtual_inference_timeout", CFGTAB_DOUBLE, OFF(health.virtual_inference_timeout),
+     .src = SRC_HEALTH, .flags = L, .min = 0.001, .max = 3600, .def_d = 5,
+     .dump = "health_check_config.virtual_inference_timeout"},
+
+    /* kv_cache_store_config (§3.5) */
+    {"kv_cache_store_config.enabled", CFGTAB_BOOL, OFF(kv.enabled), .flags = D},
+    {"backend", CFGTAB_ENUM, OFF(kv.backend), .src = SRC_KV, .names = kv_backend_names,
+     .def_doc = "`$KV_STORE_BACKEND` or `memcache`", .dump = "kv_cache_store_config.backend",
+     .doc = "the section (or `$KV_STORE_BACKEND`) enables the KV-store service"},
+    {"mode", CFGTAB_ENUM, OFF(kv.mode), .src = SRC_KV, .names = kv_mode_names, .ops = &kv_mode_ops,
+     .def_doc = "`combined`", .dump = "kv_cache_store_config.mode",
+     .doc = "`combined`: engines + KV service; `separated`: KV service only"},
+    {"service", CFGTAB_STRING, OFF(kv.service), .src = SRC_KV, .flags = L,
+     .env = "KVS_MASTER_SERVICE", .dump = "kv_cache_store_config.service"},
+    {"port", CFGTAB_INT, OFF(kv.port), .src = SRC_KV, .flags = L, .min = 1, .max = 65535,
+     .def_i = 50088, .def_doc = "`$KV_CACHE_STORE_PORT` or 50088",
+     .dump = "kv_cache_store_config.port"},
+    {"local_service_mode", CFGTAB_STRING, OFF(kv.local_service_mode), .src = SRC_KV, .flags = L,
+     .names = kv_lsm_names, .def_s = "inprocess",
+     .def_doc = "`$MMC_LOCAL_SERVICE_MODE` or `inprocess`",
+     .dump = "kv_cache_store_config.local_service_mode"},
+    {"local_config_path", CFGTAB_STRING, OFF(kv.local_config_path), .src = SRC_KV, .flags = L,
+     .env = "MMC_LOCAL_CONFIG_PATH",
+     .def_s = "/usr/local/Ascend/pyMotor/conf/mmc-local-inprocess.conf",
+     .dump = "kv_cache_store_config.local_config_path",
+     .doc = "memcache: exported as `MMC_LOCAL_CONFIG_PATH` when the file exists"},
+    {"store_mode", CFGTAB_STRING, OFF(kv.store_mode), .src = SRC_KV, .flags = L,
+     .names = kv_store_mode_names, .def_s = "", .dump = "kv_cache_store_config.store_mode"},
+    {"global_segment_size", CFGTAB_STRING, OFF(kv.global_segment_size), .src = SRC_KV, .flags = L,
+     .ops = &kv_size_ops, .type_doc = "size string or integer",
+     .dump = "kv_cache_store_config.global_segment_size"},
+    {"local_buffer_size", CFGTAB_STRING, OFF(kv.local_buffer_size), .src = SRC_KV, .flags = L,
+     .ops = &kv_size_ops, .type_doc = "size string or integer",
+     .dump = "kv_cache_store_config.local_buffer_size"},
+    {"store_http_port", CFGTAB_INT, OFF(kv.store_http_port), .src = SRC_KV, .flags = L, .min = 0,
+     .max = 65535, .dump = "kv_cache_store_config.store_http_port", .doc = "0 = ephemeral"},
+    {"metadata_server", CFGTAB_STRING, OFF(kv.metadata_server), .src = SRC_KV, .flags = L,
+     .def_s = "P2PHANDSHAKE", .dump = "kv_cache_store_config.metadata_server"},
+    {"protocol", CFGTAB_STRING, OFF(kv.protocol), .src = SRC_KV, .flags = L, .def_s = "ascend",
+     .dump = "kv_cache_store_config.protocol"},
+    {"device_name", CFGTAB_STRING, OFF(kv.device_name), .src = SRC_KV, .flags = L, .def_s = "",
+     .dump = "kv_cache_store_config.device_name"},
+    {"local_service_command", CFGTAB_STRLIST, LIST(kv.local_service_command), .src = SRC_KV,
+     .flags = L | M, .dump = "kv_cache_store_config.local_service_command",
+     .doc = "argv of the KV local service the node manager runs and restarts (empty: none)"},
+
+    /* derived at load (§3.4) */
+    {"single_container_config.single_container_flag", CFGTAB_BOOL, OFF(sc.enabled), .flags = D},
+    {"single_container_config.index", CFGTAB_INT, OFF(sc.index), .flags = D},
+    {"single_container_config.node_manager_port_offset", CFGTAB_INT,
+     OFF(sc.node_manager_port_offset), .flags = D},
+    {"single_container_config.base_port_offset", CFGTAB_INT, OFF(sc.base_port_offset), .flags = D},
+    {"single_container_config.device_offset", CFGTAB_INT, OFF(sc.device_offset), .flags = D},
+    {"single_container_config.device_num", CFGTAB_INT, OFF(sc.device_num), .flags = D},
+    {"single_container_config.kv_port", CFGTAB_INT, OFF(sc.kv_port), .flags = D},
+    {"single_container_config.lookup_rpc_port", CFGTAB_INT, OFF(sc.lookup_rpc_port), .flags = D},
+    {"single_container_config.dp_rpc_port", CFGTAB_INT, OFF(sc.dp_rpc_port), .flags = D},
+    {"env.RANKTABLE_PATH", CFGTAB_STRING, OFF(ranktable_path), .flags = D},
+    {"env.HCCL_PATH", CFGTAB_STRING, OFF(hccl_path), .flags = D},
+    {"warnings", CFGTAB_STRLIST, LIST(warnings), .flags = L | D},
+};
+
+const struct cfgtab nm_config_cfgtab = CFGTAB_TABLE("node manager", rows, src_names);
 
 /* ---- engine section ----------------------------------------------------------------- */
 
@@ -583,27 +819,14 @@ static const char *transport_connector(json_t *kvt)
 
 static void parse_health(struct loader *L, json_t *sec, const char *secname)
 {
-    struct nm_health *h = &L->c->health;
-    struct cfg_errors *e = L->e;
     at(L, secname);
-    json_t *hc = cfg_get_object(sec, "health_check_config", e);
+    json_t *hc = cfg_get_object(sec, "health_check_config", L->e);
     if (!hc)
         return;
     char *p = xasprintf("%s.health_check_config", secname);
     at(L, p);
     free(p);
-    h->health_collector_timeout =
-        get_int(hc, "health_collector_timeout", h->health_collector_timeout, 1, 3600, e);
-    h->health_collector_timeout_retry_attempts =
-        get_int(hc, "health_collector_timeout_retry_attempts",
-                h->health_collector_timeout_retry_attempts, 1, 100, e);
-    h->startup_timeout = get_int(hc, "startup_timeout", h->startup_timeout, 1, 604800, e);
-    h->enable_virtual_inference =
-        cfg_get_bool(hc, "enable_virtual_inference", h->enable_virtual_inference, e);
-    h->npu_usage_threshold = get_int(hc, "npu_usage_threshold", h->npu_usage_threshold, 0, 100, e);
-    h->max_failure_count = get_int(hc, "max_failure_count", h->max_failure_count, 1, 1000000, e);
-    h->virtual_inference_timeout = cfg_get_double(hc, "virtual_inference_timeout",
-                                                  h->virtual_inference_timeout, 0.001, 3600, e);
+    cfgtab_apply(&nm_config_cfgtab, SRC_HEALTH, L->c, hc, &L->tab);
 }
 
 static const char *const cmd_placeholders[] = {"host",        "port",      "dp_rank",
@@ -646,49 +869,13 @@ int nm_config_check_template(const char *s, char *bad, size_t badcap)
     return 0;
 }
 
-static void parse_engine_command(struct loader *L, json_t *sec)
-{
-    struct nm_config *c = L->c;
-    json_t *arr = cfg_get_array(sec, "engine_command", L->e);
-    if (!arr)
-        return;
-    L->engine_command_given = json_array_size(arr) > 0;
-    size_t i;
-    json_t *v;
-    json_array_foreach(arr, i, v)
-    {
-        char path[48];
-        snprintf(path, sizeof(path), "engine_command[%zu]", i);
-        if (!json_is_string(v) || strlen(json_string_value(v)) != json_string_length(v)) {
-            cfg_error(L->e, path, "must be a string without NUL characters");
-            continue;
-        }
-        char bad[96];
-        if (nm_config_check_template(json_string_value(v), bad, sizeof(bad)) < 0)
-            cfg_error(L->e, path,
-                      "%s (known: {host} {port} {dp_rank} {dp_size} {node_rank} "
-                      "{master_addr} {instance_id} {role} {model})",
-                      bad);
-        wire_strlist_push(&c->engine_command, json_string_value(v));
-    }
-}
-
 static void parse_engine_section(struct loader *L, json_t *sec, const char *secname)
 {
     struct nm_config *c = L->c;
     struct cfg_errors *e = L->e;
     at(L, secname);
-    const char *et_default = L->user_engine_type ? L->user_engine_type : "vllm";
-    const char *et =
-        sec ? cfg_get_enum(sec, "engine_type", et_default, engine_type_names, e) : et_default;
-    for (int i = 0; i < 4; i++)
-        if (strcmp(et, engine_type_names[i]) == 0)
-            c->engine_type = (enum nm_engine_type)i;
-    static const char *const profiles[] = {"handoff", "trigger", NULL};
-    if (sec) {
-        set_str(&c->dispatch_profile, cfg_get_enum(sec, "dispatch_profile", NULL, profiles, e));
-        parse_engine_command(L, sec);
-    }
+    /* engine_type (the NM block's, else vllm, when absent), dispatch_profile, engine_command */
+    cfgtab_apply(&nm_config_cfgtab, SRC_SECTION, c, sec, &L->tab);
     json_t *ec = sec ? cfg_get_object(sec, "engine_config", e) : NULL;
     char *ecpath = xasprintf("%s.engine_config", secname);
     at(L, ecpath);
@@ -703,8 +890,8 @@ static void parse_engine_section(struct loader *L, json_t *sec, const char *secn
         at(L, NULL);
         struct cfg_errors *pe = e;
         wire_parallel_config_default(&c->parallel);
-        if (L->user_parallel) {
-            json_t *up = L->user_parallel;
+        if (c->user_parallel) {
+            json_t *up = c->user_parallel;
             c->parallel.dp_size = get_int(up, "dp_size", 1, 1, WIRE_SIZE_MAX, pe);
             c->parallel.pcp_size = get_int(up, "pcp_size", 1, 1, WIRE_SIZE_MAX, pe);
             c->parallel.tp_size = get_int(up, "tp_size", 1, 1, WIRE_SIZE_MAX, pe);
@@ -716,7 +903,6 @@ static void parse_engine_section(struct loader *L, json_t *sec, const char *secn
             cfg_error(pe, "basic_config.parallel_config", "%s", werr.msg);
             c->parallel.world_size = c->parallel.local_world_size = 1;
         }
-        c->nnodes = (int)L->user_nnodes;
         at(L, secname);
     }
     ecpath = xasprintf("%s.engine_config", secname);
@@ -733,9 +919,10 @@ static void parse_engine_section(struct loader *L, json_t *sec, const char *secn
         model = json_string_value(cfg_lookup(ec, "model"));
     if (!model)
         model = json_string_value(cfg_lookup(ec, "model_path"));
-    if (!model)
-        model = L->user_model_name;
-    c->model_name = xstrdup(model ? model : "");
+    if (model)
+        set_str(&c->model_name, model);
+    else if (!c->model_name)
+        c->model_name = xstrdup("");
 
     /* ft_capability */
     struct wire_ft_capability *ft = &c->ft_capability;
@@ -795,107 +982,42 @@ static void parse_controller(struct loader *L)
         ctl = NULL;
         at(L, "motor_controller_config");
     }
-    const char *svc = env_set(c, "CONTROLLER_SERVICE");
-    c->controller_host = xstrdup(cfg_get_string(ctl, "api_config.controller_api_dns",
-                                                svc ? svc : DEFAULT_CONTROLLER_DNS, L->e));
-    if (!*c->controller_host)
-        cfg_error(L->e, "api_config.controller_api_dns", "must not be empty");
-    c->controller_port = get_int(ctl, "api_config.controller_api_port", 1026, 1, 65535, L->e);
-    c->controller_enable_fault_tolerance =
-        cfg_get_bool(ctl, "fault_tolerance_config.enable_fault_tolerance", true, L->e);
-    c->controller_enable_dp_scale_down =
-        cfg_get_bool(ctl, "fault_tolerance_config.enable_dp_scale_down", false, L->e);
-    bool relaunch = cfg_get_bool(ctl, "fault_tolerance_config.enable_engine_relaunch", true, L->e);
-    c->ft.enable_engine_relaunch = L->nm_relaunch_set ? L->nm_relaunch : relaunch;
+    cfgtab_apply(&nm_config_cfgtab, SRC_CTL, c, ctl, &L->tab);
+    /* The NM block's enable_engine_relaunch, else the Controller's. */
+    if (!cfgtab_given(&L->tab, OFF(ft.enable_engine_relaunch)))
+        c->ft.enable_engine_relaunch = c->controller_enable_engine_relaunch;
     c->ft.enable_dp_scale_down_proxy =
         c->controller_enable_fault_tolerance && c->controller_enable_dp_scale_down;
 }
 
+/* The environment's KV-store defaults (§3.5), validated, then the section's keys. */
 static void parse_kv_store(struct loader *L)
 {
     struct nm_config *c = L->c;
     struct nm_kv_store *kv = &c->kv;
+    struct cfg_errors *e = L->e;
     at(L, NULL);
-    json_t *sec = cfg_get_object(L->root, "kv_cache_store_config", L->e);
+    json_t *sec = cfg_get_object(L->root, "kv_cache_store_config", e);
     const char *backend_env = env_set(c, "KV_STORE_BACKEND");
     kv->enabled = sec != NULL || backend_env != NULL;
-    at(L, "kv_cache_store_config");
-    struct cfg_errors *e = L->e;
-    static const char *const backends[] = {"memcache", "mooncake", NULL};
-    const char *backend_def = "memcache";
     if (backend_env) {
-        if (strcmp(backend_env, "memcache") == 0 || strcmp(backend_env, "mooncake") == 0) {
-            backend_def = backend_env;
-        } else {
-            at(L, NULL);
+        if (strcmp(backend_env, "memcache") == 0 || strcmp(backend_env, "mooncake") == 0)
+            kv->backend = strcmp(backend_env, "mooncake") == 0 ? NM_KV_MOONCAKE : NM_KV_MEMCACHE;
+        else
             cfg_error(e, "$KV_STORE_BACKEND", "must be \"memcache\" or \"mooncake\", got \"%s\"",
                       backend_env);
-            at(L, "kv_cache_store_config");
-        }
     }
-    const char *backend = cfg_get_enum(sec, "backend", backend_def, backends, e);
-    kv->backend = strcmp(backend, "mooncake") == 0 ? NM_KV_MOONCAKE : NM_KV_MEMCACHE;
-    const char *mode = cfg_get_string(sec, "mode", "combined", e);
-    if (strcmp(mode, "separated") == 0) {
-        kv->mode = NM_KV_SEPARATED;
-    } else {
-        kv->mode = NM_KV_COMBINED;
-        if (strcmp(mode, "combined") != 0)
-            warn(c, "kv_cache_store_config.mode \"%s\" is not combined/separated; using combined",
-                 mode);
-    }
-    kv->service = xstrdup(cfg_get_string(sec, "service", env_set(c, "KVS_MASTER_SERVICE"), e));
-    int port_def = 50088;
     const char *port_env = env_set(c, "KV_CACHE_STORE_PORT");
-    if (port_env && util_parse_int(port_env, 1, 65535, &port_def) < 0) {
-        at(L, NULL);
+    int port = 0;
+    if (port_env && util_parse_int(port_env, 1, 65535, &port) < 0)
         cfg_error(e, "$KV_CACHE_STORE_PORT", "must be a port 1-65535, got \"%s\"", port_env);
-        at(L, "kv_cache_store_config");
-        port_def = 50088;
-    }
-    kv->port = get_int(sec, "port", port_def, 1, 65535, e);
-    static const char *const lsm[] = {"standalone", "inprocess", NULL};
+    else if (port_env)
+        kv->port = port;
     const char *lsm_env = env_set(c, "MMC_LOCAL_SERVICE_MODE");
-    const char *lsm_def = "inprocess";
     if (lsm_env && (strcmp(lsm_env, "standalone") == 0 || strcmp(lsm_env, "inprocess") == 0))
-        lsm_def = lsm_env;
-    kv->local_service_mode = xstrdup(cfg_get_enum(sec, "local_service_mode", lsm_def, lsm, e));
-    const char *lcp = env_set(c, "MMC_LOCAL_CONFIG_PATH");
-    kv->local_config_path = xstrdup(
-        cfg_get_string(sec, "local_config_path",
-                       lcp ? lcp : "/usr/local/Ascend/pyMotor/conf/mmc-local-inprocess.conf", e));
-    static const char *const store_modes[] = {"", "embedded", "standalone", NULL};
-    kv->store_mode = xstrdup(cfg_get_enum(sec, "store_mode", "", store_modes, e));
-    const char *sizes[] = {"global_segment_size", "local_buffer_size"};
-    char **dst[] = {&kv->global_segment_size, &kv->local_buffer_size};
-    for (size_t i = 0; i < 2; i++) {
-        json_t *v = cfg_lookup(sec, sizes[i]);
-        if (!v)
-            continue;
-        if (json_is_integer(v) && json_integer_value(v) >= 0)
-            *dst[i] = xasprintf("%" JSON_INTEGER_FORMAT, json_integer_value(v));
-        else if (json_is_string(v))
-            *dst[i] = xstrdup(json_string_value(v));
-        else
-            cfg_error(e, sizes[i], "must be a size string (\"1GB\") or a non-negative integer");
-    }
-    kv->store_http_port = get_int(sec, "store_http_port", 0, 0, 65535, e);
-    kv->metadata_server = xstrdup(cfg_get_string(sec, "metadata_server", "P2PHANDSHAKE", e));
-    kv->protocol = xstrdup(cfg_get_string(sec, "protocol", "ascend", e));
-    kv->device_name = xstrdup(cfg_get_string(sec, "device_name", "", e));
-    json_t *cmd = cfg_get_array(sec, "local_service_command", e);
-    size_t i;
-    json_t *v;
-    json_array_foreach(cmd, i, v)
-    {
-        if (!json_is_string(v)) {
-            char p[48];
-            snprintf(p, sizeof(p), "local_service_command[%zu]", i);
-            cfg_error(e, p, "must be a string");
-            continue;
-        }
-        wire_strlist_push(&kv->local_service_command, json_string_value(v));
-    }
+        set_str(&kv->local_service_mode, lsm_env);
+    at(L, "kv_cache_store_config");
+    cfgtab_apply(&nm_config_cfgtab, SRC_KV, c, sec, &L->tab);
 }
 
 /* ---- derived values ----------------------------------------------------------------- */
@@ -1006,7 +1128,7 @@ static void derive(struct loader *L, json_t *deploy)
 
     /* fault tolerance */
     c->ft.enable_fault_tolerance = c->ft.enable_fault_tolerance || c->ft_capability.enabled;
-    if (!L->container_managed_set) {
+    if (!cfgtab_given(&L->tab, OFF(ft.container_restart_managed))) {
         c->ft.container_restart_managed =
             env_set(c, "KUBERNETES_SERVICE_HOST") || env_set(c, "POD_NAMESPACE");
         c->ft.container_restart_managed_auto = true;
@@ -1086,11 +1208,14 @@ static struct nm_config *build(json_t *root, const struct nm_config_opts *opts, 
     c->config_path = xstrdup(path);
     c->motor_bin = opts->motor_bin ? xstrdup(opts->motor_bin) : self_exe();
     c->opt_role = xstrdup(opts->role);
-    struct loader L = {.c = c, .e = errs, .root = root, .user_nnodes = 1, .nm_relaunch = true};
+    struct loader L = {.c = c, .e = errs, .root = root};
+    L.tab =
+        (struct cfgtab_ctx){.errs = errs, .env = nm_env_from_array, .env_ud = c->env_kv, .ud = &L};
     L.base = xstrdup(errs->prefix ? errs->prefix : "");
     int before = cfg_errors_count(errs);
 
-    set_defaults(c);
+    cfgtab_defaults(&nm_config_cfgtab, c, &L.tab);
+    wire_parallel_config_default(&c->parallel);
 
     /* role */
     at(&L, NULL);
@@ -1109,38 +1234,32 @@ static struct nm_config *build(json_t *root, const struct nm_config_opts *opts, 
     if (sec)
         c->role_section = xstrdup(secname);
 
-    /* NM blocks: top level, then the role section's. */
+    /* NM blocks: top level, then the role section's, key by key. */
     const char *top_key = NULL, *sec_key = NULL;
     json_t *top_nm = find_nm_block(c, root, "the file", &top_key, errs);
     at(&L, secname);
     json_t *sec_nm = sec ? find_nm_block(c, sec, secname, &sec_key, errs) : NULL;
     if (top_nm) {
         at(&L, top_key);
-        apply_nm_block(&L, top_nm);
+        cfgtab_apply(&nm_config_cfgtab, SRC_NM, c, top_nm, &L.tab);
     }
     if (sec_nm) {
         char *p = xasprintf("%s.%s", secname, sec_key);
         at(&L, p);
         free(p);
-        apply_nm_block(&L, sec_nm);
+        cfgtab_apply(&nm_config_cfgtab, SRC_NM, c, sec_nm, &L.tab);
     }
     if (!top_nm && !sec_nm && !sec) {
         at(&L, NULL);
-        apply_nm_block(&L, root);
+        cfgtab_apply(&nm_config_cfgtab, SRC_NM, c, root, &L.tab);
     }
 
     /* overrides from the deploy block and the snapshot block */
     at(&L, "motor_deploy_config");
-    set_str(&c->hardware_type, cfg_get_string(deploy, "hardware_type", c->hardware_type, errs));
-    if (cfg_lookup(deploy, "tls_config.mgmt_tls_config"))
-        apply_tls(deploy, "tls_config.mgmt_tls_config", &c->mgmt_tls, errs);
-    if (cfg_lookup(deploy, "tls_config.infer_tls_config"))
-        apply_tls(deploy, "tls_config.infer_tls_config", &c->infer_tls, errs);
+    cfgtab_apply(&nm_config_cfgtab, SRC_DEPLOY, c, deploy, &L.tab);
     at(&L, "motor_container_snapshot_config");
-    json_t *snap = cfg_lookup(root, "motor_container_snapshot_config");
-    c->enable_snapshot = cfg_get_bool(snap, "enable_snapshot", c->enable_snapshot, errs);
-    set_str(&c->snapshot_metadata_path,
-            cfg_get_string(snap, "snapshot_metadata_path", c->snapshot_metadata_path, errs));
+    cfgtab_apply(&nm_config_cfgtab, SRC_SNAPSHOT, c,
+                 cfg_lookup(root, "motor_container_snapshot_config"), &L.tab);
 
     parse_controller(&L);
     parse_engine_section(&L, sec, secname);
@@ -1153,6 +1272,7 @@ static struct nm_config *build(json_t *root, const struct nm_config_opts *opts, 
 
     cfg_errors_set_prefix(errs, L.base);
     free(L.base);
+    cfgtab_ctx_release(&L.tab);
     if (cfg_errors_count(errs) != before) {
         nm_config_free(c);
         return NULL;
@@ -1237,249 +1357,52 @@ void nm_config_free(struct nm_config *c)
 {
     if (!c)
         return;
-    free(c->config_path);
-    free(c->role_section);
-    free(c->motor_bin);
-    wire_strlist_release(&c->warnings);
-    free(c->pod_ip);
-    tls_release(&c->mgmt_tls);
-    tls_release(&c->infer_tls);
-    free(c->controller_host);
-    free(c->service_ports);
-    free(c->job_name);
-    free(c->model_name);
-    wire_strlist_release(&c->dispatch_capabilities);
-    free(c->hardware_type);
-    free(c->snapshot_metadata_path);
-    free(c->startup_cache_root);
-    free(c->log_level);
-    free(c->host_log_dir);
-    free(c->port_alloc_bind_host);
-    struct nm_kv_store *kv = &c->kv;
-    free(kv->service);
-    free(kv->local_service_mode);
-    free(kv->local_config_path);
-    free(kv->store_mode);
-    free(kv->global_segment_size);
-    free(kv->local_buffer_size);
-    free(kv->metadata_server);
-    free(kv->protocol);
-    free(kv->device_name);
-    wire_strlist_release(&kv->local_service_command);
-    json_decref(c->engine_config);
-    free(c->dispatch_profile);
-    wire_strlist_release(&c->engine_command);
-    free(c->management_api_key);
-    free(c->management_api_key_file);
-    free(c->engine_log_dir);
-    free(c->ranktable_path);
-    free(c->hccl_path);
+    cfgtab_release(&nm_config_cfgtab, c);
     free(c->opt_role);
-    for (char **kv2 = c->env_kv; kv2 && *kv2; kv2++)
-        free(*kv2);
+    for (char **kv = c->env_kv; kv && *kv; kv++)
+        free(*kv);
     free(c->env_kv);
     free(c);
 }
 
-/* ---- effective configuration as JSON ------------------------------------------------ */
-
-static json_t *jstr_or_null(const char *s)
-{
-    return s ? json_string(s) : json_null();
-}
-
-static json_t *tls_json(const struct nm_tls *t)
-{
-    return json_pack("{s:b,s:s,s:s,s:s,s:s,s:s}", "enable_tls", t->enable_tls, "ca_file",
-                     t->ca_file, "cert_file", t->cert_file, "key_file", t->key_file, "passwd_file",
-                     t->passwd_file, "crl_file", t->crl_file);
-}
-
-static json_t *ports_json(const int *ports, int n)
-{
-    json_t *a = json_array();
-    for (int i = 0; i < n; i++) {
-        char buf[16];
-        snprintf(buf, sizeof(buf), "%d", ports[i]);
-        json_array_append_new(a, json_string(buf));
-    }
-    return a;
-}
-
 json_t *nm_config_to_json(const struct nm_config *c)
 {
-    json_t *o = json_object();
-    json_object_set_new(o, "config_path", jstr_or_null(c->config_path));
-    json_object_set_new(o, "role", json_string(wire_role_str(c->role)));
-    json_object_set_new(o, "role_section", jstr_or_null(c->role_section));
-    json_object_set_new(
-        o, "api_config",
-        json_pack("{s:s,s:i}", "pod_ip", c->pod_ip, "node_manager_port", c->node_manager_port));
-    json_object_set_new(o, "mgmt_tls_config", tls_json(&c->mgmt_tls));
-    json_object_set_new(o, "infer_tls_config", tls_json(&c->infer_tls));
-    json_object_set_new(o, "controller",
-                        json_pack("{s:s,s:i,s:b,s:b}", "controller_api_dns", c->controller_host,
-                                  "controller_api_port", c->controller_port,
-                                  "enable_fault_tolerance", c->controller_enable_fault_tolerance,
-                                  "enable_dp_scale_down", c->controller_enable_dp_scale_down));
-
-    json_t *ep = json_object();
-    json_object_set_new(ep, "endpoint_num", json_integer(c->endpoint_num));
-    json_object_set_new(ep, "base_port", json_integer(c->base_port));
-    json_object_set_new(ep, "service_ports", ports_json(c->service_ports, c->endpoint_num));
-    json_object_set_new(ep, "bootstrap_port",
-                        c->bootstrap_port ? json_integer(c->bootstrap_port) : json_null());
-    json_object_set_new(o, "endpoint_config", ep);
-
-    json_t *b = json_object();
-    json_object_set_new(b, "job_name", jstr_or_null(c->job_name));
-    json_object_set_new(b, "role", json_string(wire_role_str(c->role)));
-    json_object_set_new(b, "model_name", json_string(c->model_name));
-    json_object_set_new(b, "engine_type", json_string(nm_engine_type_str(c->engine_type)));
-    json_object_set_new(b, "dispatch_capabilities",
-                        wire_strlist_to_json(&c->dispatch_capabilities));
-    json_object_set_new(b, "ft_capability", wire_ft_capability_to_json(&c->ft_capability));
-    json_object_set_new(b, "hardware_type", json_string(c->hardware_type));
-    json_object_set_new(b, "heartbeat_interval_seconds", json_real(c->heartbeat_interval_seconds));
-    json_object_set_new(b, "daemon_loop_interval", json_real(c->daemon_loop_interval));
-    json_object_set_new(b, "device_num", json_integer(c->device_num));
-    json_object_set_new(b, "parallel_config", wire_parallel_config_to_json(&c->parallel));
-    json_object_set_new(b, "dp_master_port", json_integer(c->dp_master_port));
-    json_object_set_new(b, "dp_rpc_port", json_integer(c->dp_rpc_port));
-    json_object_set_new(b, "enable_multi_endpoints", json_boolean(c->enable_multi_endpoints));
-    json_object_set_new(b, "nnodes", json_integer(c->nnodes));
-    json_object_set_new(o, "basic_config", b);
-
-    json_object_set_new(o, "snapshot_config",
-                        json_pack("{s:b,s:s}", "enable_snapshot", c->enable_snapshot,
-                                  "snapshot_metadata_path", c->snapshot_metadata_path));
-    const struct nm_ft_config *ft = &c->ft;
-    json_t *f = json_object();
-    json_object_set_new(f, "enable_fault_tolerance", json_boolean(ft->enable_fault_tolerance));
-    json_object_set_new(f, "poll_interval_sec", json_real(ft->poll_interval_sec));
-    json_object_set_new(f, "poll_timeout_sec", json_real(ft->poll_timeout_sec));
-    json_object_set_new(f, "max_poll_failures", json_integer(ft->max_poll_failures));
-    json_object_set_new(f, "max_consecutive_404", json_integer(ft->max_consecutive_404));
-    json_object_set_new(f, "unsupported_reprobe_interval_sec",
-                        json_real(ft->unsupported_reprobe_interval_sec));
-    json_object_set_new(f, "enable_engine_relaunch", json_boolean(ft->enable_engine_relaunch));
-    json_object_set_new(f, "engine_restart_wait_timeout_sec",
-                        json_real(ft->engine_restart_wait_timeout_sec));
-    json_object_set_new(f, "engine_restart_freeze_sec", json_real(ft->engine_restart_freeze_sec));
-    json_object_set_new(f, "container_restart_managed",
-                        json_boolean(ft->container_restart_managed));
-    json_object_set_new(f, "enable_dp_scale_down_proxy",
-                        json_boolean(ft->enable_dp_scale_down_proxy));
-    json_object_set_new(o, "fault_tolerance_config", f);
-    json_object_set_new(o, "vllm_startup_acceleration_config",
-                        json_pack("{s:b,s:b,s:s}", "enable_startup_plan", c->enable_startup_plan,
-                                  "enable_graph_reuse", c->enable_graph_reuse, "cache_root",
-                                  c->startup_cache_root));
-    json_object_set_new(o, "logging_config",
-                        json_pack("{s:s,s:i,s:s}", "log_level", c->log_level, "log_max_line_length",
-                                  c->log_max_line_length, "host_log_dir", c->host_log_dir));
-    json_object_set_new(o, "port_allocator_config",
-                        json_pack("{s:b,s:i,s:f,s:f,s:s}", "enable", c->port_alloc_enable,
-                                  "scan_range", c->port_alloc_scan_range, "probe_timeout_seconds",
-                                  c->port_alloc_probe_timeout_seconds,
-                                  "remote_check_timeout_seconds",
-                                  c->port_alloc_remote_check_timeout_seconds, "bind_host",
-                                  c->port_alloc_bind_host));
-    const struct nm_single_container *sc = &c->sc;
-    json_object_set_new(
-        o, "single_container_config",
-        json_pack("{s:b,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i}", "single_container_flag", sc->enabled,
-                  "index", sc->index, "node_manager_port_offset", sc->node_manager_port_offset,
-                  "base_port_offset", sc->base_port_offset, "device_offset", sc->device_offset,
-                  "device_num", sc->device_num, "kv_port", sc->kv_port, "lookup_rpc_port",
-                  sc->lookup_rpc_port, "dp_rpc_port", sc->dp_rpc_port));
-    const struct nm_kv_store *kv = &c->kv;
-    json_t *k = json_object();
-    json_object_set_new(k, "enabled", json_boolean(kv->enabled));
-    json_object_set_new(k, "backend",
-                        json_string(kv->backend == NM_KV_MOONCAKE ? "mooncake" : "memcache"));
-    json_object_set_new(k, "mode",
-                        json_string(kv->mode == NM_KV_SEPARATED ? "separated" : "combined"));
-    json_object_set_new(k, "service", jstr_or_null(kv->service));
-    json_object_set_new(k, "port", json_integer(kv->port));
-    json_object_set_new(k, "local_service_mode", json_string(kv->local_service_mode));
-    json_object_set_new(k, "local_config_path", json_string(kv->local_config_path));
-    json_object_set_new(k, "store_mode", json_string(kv->store_mode));
-    json_object_set_new(k, "global_segment_size", jstr_or_null(kv->global_segment_size));
-    json_object_set_new(k, "local_buffer_size", jstr_or_null(kv->local_buffer_size));
-    json_object_set_new(k, "store_http_port", json_integer(kv->store_http_port));
-    json_object_set_new(k, "metadata_server", json_string(kv->metadata_server));
-    json_object_set_new(k, "protocol", json_string(kv->protocol));
-    json_object_set_new(k, "device_name", json_string(kv->device_name));
-    json_object_set_new(k, "local_service_command",
-                        wire_strlist_to_json(&kv->local_service_command));
-    json_object_set_new(o, "kv_cache_store_config", k);
-    const struct nm_health *h = &c->health;
-    json_object_set_new(
-        o, "health_check_config",
-        json_pack("{s:i,s:i,s:i,s:b,s:i,s:i,s:f}", "health_collector_timeout",
-                  h->health_collector_timeout, "health_collector_timeout_retry_attempts",
-                  h->health_collector_timeout_retry_attempts, "startup_timeout", h->startup_timeout,
-                  "enable_virtual_inference", h->enable_virtual_inference, "npu_usage_threshold",
-                  h->npu_usage_threshold, "max_failure_count", h->max_failure_count,
-                  "virtual_inference_timeout", h->virtual_inference_timeout));
-    json_t *eng = json_object();
-    json_object_set_new(eng, "engine_type", json_string(nm_engine_type_str(c->engine_type)));
-    json_object_set_new(eng, "engine_config", json_deep_copy(c->engine_config));
-    json_object_set_new(eng, "dispatch_profile", jstr_or_null(c->dispatch_profile));
-    json_object_set_new(eng, "engine_command", wire_strlist_to_json(&c->engine_command));
-    json_object_set_new(eng, "motor_bin", jstr_or_null(c->motor_bin));
-    json_object_set_new(o, "engine", eng);
-
-    json_t *m = json_object();
-    json_object_set_new(
-        m, "restart_policy",
-        json_string(c->restart_policy == NM_RESTART_LOCAL ? "local" : "controller"));
-    json_object_set_new(m, "restart_backoff_initial_sec",
-                        json_real(c->restart_backoff_initial_sec));
-    json_object_set_new(m, "restart_backoff_max_sec", json_real(c->restart_backoff_max_sec));
-    json_object_set_new(m, "restart_reset_after_sec", json_real(c->restart_reset_after_sec));
-    json_object_set_new(m, "restart_start_limit", json_integer(c->restart_start_limit));
-    json_object_set_new(m, "standalone", json_boolean(c->standalone));
-    json_object_set_new(m, "management_api_key",
-                        c->management_api_key ? json_string("<redacted>") : json_null());
-    json_object_set_new(m, "management_api_key_file", jstr_or_null(c->management_api_key_file));
-    json_object_set_new(m, "engine_log_dir", json_string(c->engine_log_dir));
-    json_object_set_new(m, "engine_log_rotation_size",
-                        json_integer(c->engine_log_rotation_bytes >> 20));
-    json_object_set_new(m, "engine_log_rotation_count", json_integer(c->engine_log_rotation_count));
-    json_object_set_new(m, "stop_grace_seconds", json_real(c->stop_grace_seconds));
-    json_object_set_new(o, "motor", m);
-
-    json_object_set_new(o, "env",
-                        json_pack("{s:o,s:o}", "RANKTABLE_PATH", jstr_or_null(c->ranktable_path),
-                                  "HCCL_PATH", jstr_or_null(c->hccl_path)));
-    json_object_set_new(o, "warnings", wire_strlist_to_json(&c->warnings));
-    return o;
+    return cfgtab_dump(&nm_config_cfgtab, c);
 }
 
 char *nm_config_diff(const struct nm_config *a, const struct nm_config *b)
 {
-    json_t *ja = nm_config_to_json(a), *jb = nm_config_to_json(b);
+    char *keys = cfgtab_diff(&nm_config_cfgtab, a, b, 0, 0);
+    if (!keys)
+        return NULL;
+    /* The top-level sections of the changed keys, once each, warnings aside. */
     struct strbuf sb;
-    strbuf_init(&sb, 4096);
-    const char *key;
-    json_t *va;
-    json_object_foreach(ja, key, va)
-    {
-        if (strcmp(key, "warnings") == 0)
-            continue;
-        if (!json_equal(va, json_object_get(jb, key))) {
+    strbuf_init(&sb, strlen(keys) + 2);
+    for (char *k = keys; *k;) {
+        size_t n = strcspn(k, ",");
+        size_t sect = strcspn(k, ".,");
+        bool dup = false;
+        for (const char *s = strbuf_str(&sb); *s && !dup;) {
+            size_t m = strcspn(s, ",");
+            dup = m == sect && strncmp(s, k, sect) == 0;
+            s += m + (s[m] == ',');
+        }
+        if (!dup && !(sect == 8 && strncmp(k, "warnings", 8) == 0)) {
             if (sb.len)
                 (void)strbuf_putc(&sb, ',');
-            (void)strbuf_puts(&sb, key);
+            (void)strbuf_append(&sb, k, sect);
         }
+        k += n + (k[n] == ',');
     }
-    json_decref(ja);
-    json_decref(jb);
+    free(keys);
     if (sb.len == 0) {
         strbuf_release(&sb);
         return NULL;
     }
     return strbuf_take(&sb);
+}
+
+char *nm_config_restart_keys(const struct nm_config *a, const struct nm_config *b)
+{
+    return cfgtab_diff(&nm_config_cfgtab, a, b, CFGTAB_LIVE, 0);
 }

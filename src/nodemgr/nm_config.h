@@ -2,6 +2,11 @@
  * the derived values (spec §3) and Motor's additions. Pure: no sockets, no processes,
  * no globals; the environment comes in through a lookup function.
  *
+ * Every key is a row of the table in nm_config.c (common/cfgtab.h): type, range,
+ * default, live-or-restart and doc there; defaults, parsing, the effective dump, the
+ * reload diff and the key table of docs/node-manager.md come from it. The lists below
+ * are the overview.
+ *
  * Loading (nm_config_load):
  *  1. File: opts.config_path (--config), else $USER_CONFIG_PATH, else $CONFIG_PATH.
  *  2. Role: opts.role, else $ROLE; one of encode/prefill/decode/union ("both" = union).
@@ -17,68 +22,38 @@
  *     node_manager_port: must be an integer in [1, 65535], got 0"; environment problems
  *     as "$INDEX: ..."). On any error the result is NULL.
  *
- * NM block keys (upstream §3.3; defaults in brackets):
- *   api_config.pod_ip [$POD_IP or 127.0.0.1], api_config.node_manager_port [1026]
- *   mgmt_tls_config.{enable_tls [false], ca_file, cert_file, key_file, passwd_file,
- *     crl_file} — overridden by motor_deploy_config.tls_config.mgmt_tls_config
- *   endpoint_config.base_port [10000]; endpoint_num, service_ports, bootstrap_port are
- *     derived (user values ignored)
- *   basic_config.job_name [$JOB_NAME; NULL = unset, registration impossible],
- *     hardware_type [motor_deploy_config.hardware_type, else "800I-A3"],
- *     heartbeat_interval_seconds [3, > 0], daemon_loop_interval [5.0, > 0],
- *     device_num [0 = derived], enable_multi_endpoints [true],
- *     model_name / engine_type / parallel_config / nnodes: derived from the engine
- *     section (used as given only when the role has no engine section);
- *     dispatch_capabilities: derived, a user value is dropped with a warning
- *   snapshot_config.{enable_snapshot [false], snapshot_metadata_path [""]} — overridden
- *     by top-level motor_container_snapshot_config; snapshot requires vllm
- *   fault_tolerance_config.{enable_fault_tolerance [false; effective = this OR the
- *     engine advertises FT], poll_interval_sec [1.0], poll_timeout_sec [5.0],
- *     max_poll_failures [3], max_consecutive_404 [3],
- *     unsupported_reprobe_interval_sec [60.0], enable_engine_relaunch [Controller's
- *     enable_engine_relaunch, default true], engine_restart_wait_timeout_sec [180,
- *     60..3600], engine_restart_freeze_sec [720, 120..7200], container_restart_managed
- *     [null = auto: true iff $KUBERNETES_SERVICE_HOST or $POD_NAMESPACE is set]};
- *     enable_dp_scale_down_proxy is derived (a user value is ignored with a warning)
- *   vllm_startup_acceleration_config.{enable_startup_plan, enable_graph_reuse [false],
- *     cache_root ["" or absolute]} — enabling requires vllm
- *   logging_config.{log_level [INFO: DEBUG/INFO/WARNING/ERROR, any case],
- *     log_max_line_length [8192, > 0], host_log_dir [/root/ascend/log]}; other keys
- *     accepted unchecked
- *   port_allocator_config.{enable [true], scan_range [100], probe_timeout_seconds [0.5],
- *     remote_check_timeout_seconds [1.0], bind_host [0.0.0.0]}
- *
- * Motor additions, also in the NM block (flat keys at its root):
- *   restart_policy ["controller" | "local"]: who relaunches a dead engine. controller =
- *     upstream (report, wait for /engine-restart); local = the NM relaunches it itself
- *     with exponential backoff restart_backoff_initial_sec [1] doubling up to
- *     restart_backoff_max_sec [60]; the backoff resets after restart_reset_after_sec
- *     [600] of healthy running; more than restart_start_limit [10; 0 = unlimited]
- *     starts within one reset window mark the endpoint failed.
- *   standalone [false]: launch the configured engines at boot without a Controller.
- *   management_api_key / management_api_key_file [unset]: optional key for the
- *     state-changing routes (header X-Motor-Management-Key); at most one of the two;
- *     the file's content is read at load (trailing whitespace trimmed, non-empty).
- *   engine_log_dir [""; empty = no log files, tail and passthrough only],
- *     engine_log_rotation_size [20, MiB, 1..10240], engine_log_rotation_count [10, 1..1000]
- *   stop_grace_seconds [10, 0..3600]: SIGTERM-to-SIGKILL grace of an engine group.
- * In the engine section (next to engine_type):
- *   engine_type: "vllm" | "sglang" | "sim" (motor engine-sim, vllm's flags; the command
- *     is `<motor binary> engine-sim ...`, see nm_config_opts.motor_bin) | "cmd".
- *   engine_command (cmd only, required then): argv template, an array of strings with
+ * The keys (upstream §3.3 and §3.5, plus Motor's: restart_policy and its backoff,
+ * standalone, management_api_key(_file), engine_log_*, stop_grace_seconds; in the engine
+ * section engine_type "vllm" | "sglang" | "sim" | "cmd", dispatch_profile, engine_command;
+ * kv_cache_store_config.local_service_command) with their types, ranges, defaults and
+ * live/restart class are the table's rows; docs/node-manager.md shows them generated.
+ * Rules no row holds:
+ *   - a key of the NM block's basic_config that is derived (model_name, engine_type,
+ *     parallel_config, nnodes) is used as given only when the role has no engine
+ *     section; dispatch_capabilities and fault_tolerance_config.
+ *     enable_dp_scale_down_proxy are derived and a user value is dropped with a warning;
+ *   - fault_tolerance_config.enable_engine_relaunch defaults to the Controller's;
+ *     container_restart_managed unset = true iff $KUBERNETES_SERVICE_HOST or
+ *     $POD_NAMESPACE is set; enable_fault_tolerance is also on when the engine
+ *     advertises FT;
+ *   - motor_deploy_config.{hardware_type, tls_config.mgmt_tls_config} and
+ *     motor_container_snapshot_config override the NM block's; snapshot and startup
+ *     acceleration require vllm; restart_backoff_max_sec >= restart_backoff_initial_sec;
+ *     management_api_key and management_api_key_file exclude each other (the file's
+ *     content is read at load, trailing whitespace trimmed, non-empty);
+ *   - engine_command (engine_type "cmd", required then): argv template with
  *     placeholders {host} {port} {dp_rank} {dp_size} {node_rank} {master_addr}
  *     {instance_id} {role} {model}; "{{" and "}}" are literal braces; an unknown
- *     placeholder is a config error.
- * kv_cache_store_config (top level, §3.5) adds local_service_command: argv array of the
- *   KV local service launched in combined mode (optional).
+ *     placeholder is a config error. "sim" runs `<motor binary> engine-sim ...` with
+ *     vllm's flags (nm_config_opts.motor_bin);
+ *   - the KV-store service is on when kv_cache_store_config exists or $KV_STORE_BACKEND
+ *     is set; $KV_STORE_BACKEND, $KV_CACHE_STORE_PORT, $MMC_LOCAL_SERVICE_MODE supply
+ *     defaults (validated).
  *
- * Other blocks read: motor_controller_config.api_config.{controller_api_dns
- * [$CONTROLLER_SERVICE or mindie-motor-controller-service.mindie-motor.svc.cluster.local],
- * controller_api_port [1026]}, motor_controller_config.fault_tolerance_config.
- * {enable_fault_tolerance [true], enable_dp_scale_down [false], enable_engine_relaunch
- * [true]}, motor_deploy_config (hardware_type, deploy_mode, *_pod_npu_num,
- * p_instances_num, tls_config), the engine section's health_check_config (§3.6), and
- * the other roles' engine sections (their parallel sizes feed kv_connector_extra_config).
+ * Other blocks read: motor_controller_config (the Controller's address and FT switches),
+ * motor_deploy_config (hardware_type, deploy_mode, *_pod_npu_num, p_instances_num,
+ * tls_config), the engine section's health_check_config (§3.6), and the other roles'
+ * engine sections (their parallel sizes feed kv_connector_extra_config).
  *
  * Derived values (§3.4), computed at load:
  *   parallel: dp = data_parallel_size|dp_size, tp = tensor_parallel_size|tp_size,
@@ -216,7 +191,7 @@ struct nm_config {
 
     /* api_config / TLS */
     char *pod_ip;
-    int node_manager_port; /* includes the single-container offset */
+    int node_manager_port;           /* includes the single-container offset */
     int node_manager_port_requested; /* before nm_ports_allocate moved it; 0 = not moved */
     struct nm_tls mgmt_tls;
     struct nm_tls infer_tls; /* motor_deploy_config.tls_config.infer_tls_config (probes) */
@@ -226,6 +201,7 @@ struct nm_config {
     int controller_port;
     bool controller_enable_fault_tolerance;
     bool controller_enable_dp_scale_down;
+    bool controller_enable_engine_relaunch; /* our default of ft.enable_engine_relaunch */
 
     /* endpoint_config */
     int base_port; /* includes the single-container offset */
@@ -292,6 +268,8 @@ struct nm_config {
     char *ranktable_path; /* $RANKTABLE_PATH; NULL = do not write */
     char *hccl_path;      /* $HCCL_PATH; NULL = no ranktable at registration */
 
+    /* private: basic_config.parallel_config as given (used without an engine section) */
+    json_t *user_parallel;
     /* private: what a reload needs, and the captured environment */
     char *opt_role;
     char **env_kv; /* "NAME=value" for the names listed in nm_config.c */
@@ -312,9 +290,15 @@ void nm_config_free(struct nm_config *c);
  * NULL with the errors in errs (the daemon keeps the old one and logs why). */
 struct nm_config *nm_config_reload(const struct nm_config *live, struct cfg_errors *errs);
 /* Which top-level sections of the effective config (nm_config_to_json) differ:
- * NULL when none, else a heap string "api_config,basic_config". Lets the daemon log
- * what needs a restart (API bind address/port, ports, ...). */
+ * NULL when none, else a heap string "api_config,basic_config". */
 char *nm_config_diff(const struct nm_config *a, const struct nm_config *b);
+/* The changed keys a hot reload cannot apply (the table's rows without CFGTAB_LIVE: bind
+ * address and port, API TLS, the management key, standalone, KV mode, the endpoint
+ * layout, ...): NULL when none, else a heap string "api_config.pod_ip,standalone". */
+char *nm_config_restart_keys(const struct nm_config *a, const struct nm_config *b);
+/* The table of the keys (docs, tests: common/cfgtab.h). */
+struct cfgtab;
+extern const struct cfgtab nm_config_cfgtab;
 
 /* The effective, derived configuration as JSON (what --check-config prints). Secrets
  * are redacted ("management_api_key": "<redacted>"). New reference. */

@@ -784,6 +784,8 @@ int nm_pool_init(struct nodemgr *nm);
 void nm_pool_shutdown(struct nodemgr *nm);
 /* Stop what is left (bounded wait, then SIGKILL) and free; before httpd_free. */
 void nm_pool_free(struct nodemgr *nm);
+/* The worker_pool block's keys (docs: common/cfgtab.h). */
+extern const struct cfgtab nm_pool_cfgtab;
 
 /* ---- nm_ft.c ------------------------------------------------------------------------ */
 /* Create nm->ft (its HTTP client, metrics) and register GET /node-manager/fault-tolerance.

@@ -3,7 +3,8 @@
  *
  * Configuration: the key `worker_pool` of the NM block (found like nm_config finds the
  * block: the role section's motor_node(manager|manger)_config first, then the top
- * level's, else the file's root when the file has neither), read once at start:
+ * level's, else the file's root when the file has neither), read once at start through
+ * the table below (its defaults' rows are the pool's own, pool_defaults_cfgtab):
  *   "worker_pool": {
  *     "enable": false,              the pool exists only when true
  *     "manifests_dir": "",          *.json manifests registered at start
@@ -22,6 +23,7 @@
 #include "pool/pool.h"
 
 #include "common/cfg.h"
+#include "common/cfgtab.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -46,10 +48,10 @@ static json_t *find_block(json_t *root, const char *secname, char **where)
     json_t *top_nm = nm_block(root);
     json_t *wp;
     if (sec_nm && (wp = json_object_get(sec_nm, "worker_pool"))) {
-        *where = xasprintf("%s.%s.worker_pool", secname,
-                           json_object_get(sec, "motor_nodemanager_config")
-                               ? "motor_nodemanager_config"
-                               : "motor_nodemanger_config");
+        *where =
+            xasprintf("%s.%s.worker_pool", secname,
+                      json_object_get(sec, "motor_nodemanager_config") ? "motor_nodemanager_config"
+                                                                       : "motor_nodemanger_config");
         return wp;
     }
     if (top_nm && (wp = json_object_get(top_nm, "worker_pool"))) {
@@ -65,37 +67,49 @@ static json_t *find_block(json_t *root, const char *secname, char **where)
     return NULL;
 }
 
-/* Strings in cfg point into doc: the pool copies what it keeps. */
-static int read_config(json_t *wp, struct pool_config *cfg, bool *enable, bool *invoke_key,
+/* The worker_pool block: the pool's own settings and, under defaults, the rows of
+ * struct pool_defaults (pool.h). Read once at start: every key takes a restart. */
+struct pool_block {
+    bool enable, invoke_requires_key;
+    char *manifests_dir, *db_path, *base_dir;
+    int64_t stop_grace_ms;
+    struct pool_defaults defaults;
+};
+
+#define OFF(f) offsetof(struct pool_block, f)
+static const struct cfgtab_row pool_rows[] = {
+    {"enable", CFGTAB_BOOL, OFF(enable), .doc = "the pool exists only when true"},
+    {"manifests_dir", CFGTAB_STRING, OFF(manifests_dir),
+     .doc = "`*.json` manifests registered at start"},
+    {"db_path", CFGTAB_STRING, OFF(db_path), .def_doc = "in memory",
+     .doc = "SQLite file (\"\" = in memory)"},
+    {"base_dir", CFGTAB_STRING, OFF(base_dir), .def_doc = "`manifests_dir`",
+     .doc = "relative workdirs resolve here"},
+    {"stop_grace_seconds", CFGTAB_MS, OFF(stop_grace_ms), .min = 0, .max = 3600, .def_d = 5,
+     .doc = "SIGTERM → SIGKILL of a worker"},
+    {"invoke_requires_key", CFGTAB_BOOL, OFF(invoke_requires_key),
+     .doc = "invoke behind the management key too"},
+    {"defaults", CFGTAB_GROUP, OFF(defaults), .flags = CFGTAB_OBJECT, .sub = &pool_defaults_cfgtab},
+};
+const struct cfgtab nm_pool_cfgtab = CFGTAB_TABLE("worker_pool", pool_rows, NULL);
+
+/* The block's keys into cfg (strings owned by blk: the pool copies what it keeps). */
+static int read_config(json_t *wp, struct pool_block *blk, struct pool_config *cfg,
                        struct cfg_errors *e)
 {
+    cfgtab_defaults(&nm_pool_cfgtab, blk, NULL);
     if (!json_is_object(wp)) {
         cfg_error(e, "", "must be an object");
         return -EINVAL;
     }
-    *enable = cfg_get_bool(wp, "enable", false, e);
-    cfg->manifests_dir = cfg_get_string(wp, "manifests_dir", NULL, e);
-    cfg->db_path = cfg_get_string(wp, "db_path", NULL, e);
-    cfg->base_dir = cfg_get_string(wp, "base_dir", NULL, e);
-    double grace = cfg_get_double(wp, "stop_grace_seconds", (double)cfg->stop_grace_ms / 1000.0,
-                                  0, 3600, e);
-    cfg->stop_grace_ms = (int64_t)(grace * 1000.0);
-    *invoke_key = cfg_get_bool(wp, "invoke_requires_key", false, e);
-    struct pool_defaults *d = &cfg->defaults;
-    /* Paths from the block itself, so errors name "worker_pool.defaults.x". */
-    (void)cfg_get_object(wp, "defaults", e);
-    d->max_concurrency =
-        (int)cfg_get_int(wp, "defaults.max_concurrency", d->max_concurrency, 1, 1024, e);
-    d->max_instances = (int)cfg_get_int(wp, "defaults.max_instances", d->max_instances, 1, 256, e);
-    d->idle_ttl_seconds = cfg_get_double(wp, "defaults.idle_ttl_seconds", d->idle_ttl_seconds,
-                                         -2592000.0, 2592000.0, e);
-    d->keep_warm = cfg_get_bool(wp, "defaults.keep_warm", d->keep_warm, e);
-    d->ready_timeout_seconds = cfg_get_double(wp, "defaults.ready_timeout_seconds",
-                                              d->ready_timeout_seconds, 0.001, 86400, e);
-    d->invoke_timeout_seconds = cfg_get_double(wp, "defaults.invoke_timeout_seconds",
-                                               d->invoke_timeout_seconds, 0.001, 86400, e);
-    d->queue_timeout_seconds = cfg_get_double(wp, "defaults.queue_timeout_seconds",
-                                              d->queue_timeout_seconds, -1, 86400, e);
+    struct cfgtab_ctx ctx = {.errs = e};
+    cfgtab_apply(&nm_pool_cfgtab, 0, blk, wp, &ctx);
+    cfgtab_ctx_release(&ctx);
+    cfg->manifests_dir = blk->manifests_dir;
+    cfg->db_path = blk->db_path;
+    cfg->base_dir = blk->base_dir;
+    cfg->stop_grace_ms = blk->stop_grace_ms;
+    cfg->defaults = blk->defaults;
     return cfg_errors_count(e) ? -EINVAL : 0;
 }
 
@@ -123,8 +137,9 @@ int nm_pool_init(struct nodemgr *nm)
         cfg_errors_set_prefix(&e, where);
         struct pool_config pc;
         pool_config_init(&pc);
-        bool enable = false, invoke_key = false;
-        rc = read_config(wp, &pc, &enable, &invoke_key, &e);
+        struct pool_block blk = {0};
+        rc = read_config(wp, &blk, &pc, &e);
+        bool enable = blk.enable, invoke_key = blk.invoke_requires_key;
         if (rc < 0) {
             fprintf(stderr, "invalid worker_pool configuration (%d error%s):\n%s",
                     cfg_errors_count(&e), cfg_errors_count(&e) == 1 ? "" : "s",
@@ -142,6 +157,7 @@ int nm_pool_init(struct nodemgr *nm)
                 rc = pool_register_routes(p, nm->api);
             }
         }
+        cfgtab_release(&nm_pool_cfgtab, &blk);
     }
     free(where);
     json_decref(root);

@@ -7,8 +7,10 @@
  * a valid one is swapped in whole. What takes effect at once: log level, heartbeat
  * interval (also the arbitration period, unlike upstream), probe settings
  * (health_check_config), the Controller address, FT polling switches, and everything read
- * when engines are next launched. What needs a restart (bind address and port, TLS
- * material, the management key, standalone/KV mode) is logged. */
+ * when engines are next launched. What needs a restart is what the configuration table
+ * marks so (rows without CFGTAB_LIVE: bind address and port, TLS material, the
+ * management key, standalone/KV mode, the endpoint layout); the changed ones are logged
+ * by key (nm_config_restart_keys). */
 #include "nodemgr/nm_internal.h"
 #include "nodemgr/nm_ports.h"
 
@@ -35,41 +37,6 @@ static char *file_sig(const char *path)
     return xasprintf("%llu:%llu:%lld:%lld.%09ld", (unsigned long long)st.st_dev,
                      (unsigned long long)st.st_ino, (long long)st.st_size,
                      (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
-}
-
-static bool str_eq(const char *a, const char *b)
-{
-    if (!a || !b)
-        return a == b;
-    return strcmp(a, b) == 0;
-}
-
-/* Settings whose change needs a restart of the node manager, as a comma list. */
-static char *restart_required(const struct nm_config *a, const struct nm_config *b)
-{
-    char buf[512] = "";
-    size_t n = 0;
-#define NOTE(cond, name)                                                                           \
-    do {                                                                                           \
-        if ((cond) && n < sizeof(buf))                                                             \
-            n += (size_t)snprintf(buf + n, sizeof(buf) - n, "%s%s", n ? "," : "", name);           \
-    } while (0)
-    NOTE(!str_eq(a->pod_ip, b->pod_ip), "api_config.pod_ip");
-    NOTE(a->node_manager_port != b->node_manager_port, "api_config.node_manager_port");
-    NOTE(a->mgmt_tls.enable_tls != b->mgmt_tls.enable_tls ||
-             !str_eq(a->mgmt_tls.cert_file, b->mgmt_tls.cert_file) ||
-             !str_eq(a->mgmt_tls.key_file, b->mgmt_tls.key_file) ||
-             !str_eq(a->mgmt_tls.ca_file, b->mgmt_tls.ca_file),
-         "mgmt_tls_config");
-    NOTE(!str_eq(a->management_api_key, b->management_api_key), "management_api_key");
-    NOTE(a->standalone != b->standalone, "standalone");
-    NOTE(a->kv.enabled != b->kv.enabled || a->kv.mode != b->kv.mode ||
-             a->kv.backend != b->kv.backend,
-         "kv_cache_store_config");
-    NOTE(a->endpoint_num != b->endpoint_num || a->base_port != b->base_port,
-         "endpoint_config (applies to the next start command)");
-#undef NOTE
-    return n ? xstrdup(buf) : NULL;
 }
 
 int nm_reload_now(struct nodemgr *nm)
@@ -99,7 +66,7 @@ int nm_reload_now(struct nodemgr *nm)
     struct nm_config *old = nm->cfg;
     nm_ports_carry(old, next);
     char *diff = nm_config_diff(old, next);
-    char *restart = restart_required(old, next);
+    char *restart = nm_config_restart_keys(old, next);
     nm->cfg = next;
 
     enum log_level lvl;

@@ -72,6 +72,12 @@ struct pool_config {
  * manifests, in-memory database, no route flags. */
 void pool_config_init(struct pool_config *cfg);
 
+/* The rows of struct pool_defaults (common/cfgtab.h), for a daemon that reads them from
+ * its configuration (the node manager's worker_pool.defaults); the built-in defaults
+ * are theirs. */
+struct cfgtab;
+extern const struct cfgtab pool_defaults_cfgtab;
+
 /* Create the pool: open (or create) the database, mark instances a previous run left
  * live as stopped, load the stored manifests, then the manifests directory (a file
  * replaces a stored manifest of the same id). cfg is copied. NULL on failure (logged;

@@ -18,6 +18,7 @@
  * reactor thread, so no call can land on an instance being stopped. */
 #include "pool/pool_internal.h"
 
+#include "common/cfgtab.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -46,13 +47,7 @@ void pool_new_id(const char *prefix, char *buf, size_t cap)
 void pool_config_init(struct pool_config *cfg)
 {
     memset(cfg, 0, sizeof(*cfg));
-    cfg->defaults.max_concurrency = 1;
-    cfg->defaults.max_instances = 1;
-    cfg->defaults.idle_ttl_seconds = 300;
-    cfg->defaults.keep_warm = false;
-    cfg->defaults.ready_timeout_seconds = 60;
-    cfg->defaults.invoke_timeout_seconds = 300;
-    cfg->defaults.queue_timeout_seconds = -1;
+    cfgtab_defaults(&pool_defaults_cfgtab, &cfg->defaults, NULL);
     cfg->stop_grace_ms = 5000;
     cfg->max_response = 16u << 20;
     cfg->max_request = 16u << 20;

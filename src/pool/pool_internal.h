@@ -69,6 +69,7 @@ struct pool_manifest {
     int64_t ready_timeout_ms;
     int64_t invoke_timeout_ms;
     int64_t queue_timeout_ms;
+    struct pool_defaults given; /* the limits as the manifest (or the defaults) gave them */
     json_t *doc; /* the normalized manifest as stored and shown (input fields kept) */
 };
 
@@ -79,6 +80,9 @@ struct pool_manifest *pool_manifest_parse(json_t *obj, const struct pool_default
                                           const char *base_dir, struct cfg_errors *errs);
 struct pool_manifest *pool_manifest_ref(struct pool_manifest *m);
 void pool_manifest_unref(struct pool_manifest *m); /* NULL-safe */
+/* The manifest's fields as a configuration table (docs/worker-pool.md's table). */
+struct cfgtab;
+extern const struct cfgtab pool_manifest_cfgtab;
 /* true when id is a valid node id ([A-Za-z0-9_.-]{1,64}, not starting with '.'). */
 bool pool_id_valid(const char *id);
 /* Errors text ("a\nb\n") as a JSON array of lines. */

@@ -2,6 +2,7 @@
  * normalized JSON we store and show, and the seed's venv conveniences. */
 #include "pool/pool_internal.h"
 
+#include "common/cfgtab.h"
 #include "common/strbuf.h"
 #include "common/util.h"
 
@@ -77,34 +78,6 @@ struct pool_manifest *pool_manifest_ref(struct pool_manifest *m)
     return m;
 }
 
-static void manifest_free(struct pool_manifest *m)
-{
-    free(m->id);
-    for (size_t i = 0; i < m->argc; i++)
-        free(m->argv[i]);
-    free(m->argv);
-    free(m->workdir);
-    for (size_t i = 0; i < m->n_env; i++)
-        free(m->env[i]);
-    free(m->env);
-    json_decref(m->doc);
-    free(m);
-}
-
-void pool_manifest_unref(struct pool_manifest *m)
-{
-    if (m && --m->refs <= 0)
-        manifest_free(m);
-}
-
-/* A number as the operator would write it: 300 rather than 300.0. */
-static json_t *num_json(double v)
-{
-    if (isfinite(v) && floor(v) == v && fabs(v) < 9e15)
-        return json_integer((json_int_t)v);
-    return json_real(v);
-}
-
 static int64_t seconds_to_ms(double s)
 {
     return (int64_t)llround(s * 1000.0);
@@ -134,13 +107,12 @@ static const char *plain_string(json_t *v, const char *path, size_t max, struct 
     return s;
 }
 
-static void parse_command(json_t *obj, struct pool_manifest *m, struct cfg_errors *e)
+/* command: argv, every element a non-empty string (required: the row's missing text). */
+static void command_parse(const struct cfgtab_row *r, void *base, json_t *cmd, const char *path,
+                          struct cfgtab_ctx *ctx)
 {
-    json_t *cmd = json_object_get(obj, "command");
-    if (!cmd || json_is_null(cmd)) {
-        cfg_error(e, "command", "is required (an array: the program and its arguments)");
-        return;
-    }
+    struct pool_manifest *m = base;
+    struct cfg_errors *e = ctx->errs;
     if (!json_is_array(cmd) || json_array_size(cmd) == 0) {
         cfg_error(e, "command", "must be a non-empty array of strings (argv)");
         return;
@@ -155,13 +127,15 @@ static void parse_command(json_t *obj, struct pool_manifest *m, struct cfg_error
     json_t *v;
     json_array_foreach(cmd, idx, v)
     {
-        char path[32];
-        snprintf(path, sizeof(path), "command[%zu]", idx);
-        const char *s = plain_string(v, path, POOL_ARG_LEN_MAX, e);
+        char p[32];
+        snprintf(p, sizeof(p), "command[%zu]", idx);
+        const char *s = plain_string(v, p, POOL_ARG_LEN_MAX, e);
         if (s)
             m->argv[m->argc++] = xstrdup(s);
     }
 }
+
+static const struct cfgtab_ops command_ops = {.parse = command_parse};
 
 static bool env_key_ok(const char *k)
 {
@@ -170,11 +144,12 @@ static bool env_key_ok(const char *k)
     return strlen(k) <= POOL_ENV_KEY_MAX;
 }
 
-static void parse_env(json_t *obj, struct pool_manifest *m, json_t *env_out,
-                      struct cfg_errors *e)
+static void env_parse(const struct cfgtab_row *r, void *base, json_t *env, const char *path,
+                      struct cfgtab_ctx *ctx)
 {
-    json_t *env = cfg_get_object(obj, "env", e);
-    if (!env)
+    struct pool_manifest *m = base;
+    struct cfg_errors *e = ctx->errs;
+    if (!cfg_read_object(env, path, e))
         return;
     size_t n = json_object_size(env);
     if (n > POOL_ENV_MAX) {
@@ -187,23 +162,36 @@ static void parse_env(json_t *obj, struct pool_manifest *m, json_t *env_out,
     json_object_foreach(env, key, v)
     {
         /* Keys may hold '.', so paths are built by hand rather than looked up. */
-        char *path = xasprintf("env.%s", key);
+        char *p = xasprintf("env.%s", key);
         if (!env_key_ok(key)) {
-            cfg_error(e, path, "is not a valid variable name (non-empty, no '=', <= %d bytes)",
+            cfg_error(e, p, "is not a valid variable name (non-empty, no '=', <= %d bytes)",
                       POOL_ENV_KEY_MAX);
         } else if (!json_is_string(v)) {
-            cfg_error(e, path, "must be a string");
+            cfg_error(e, p, "must be a string");
         } else if (strlen(json_string_value(v)) != json_string_length(v)) {
-            cfg_error(e, path, "must not contain NUL characters");
+            cfg_error(e, p, "must not contain NUL characters");
         } else if (json_string_length(v) > POOL_ENV_VAL_MAX) {
-            cfg_error(e, path, "is longer than %d bytes", POOL_ENV_VAL_MAX);
+            cfg_error(e, p, "is longer than %d bytes", POOL_ENV_VAL_MAX);
         } else {
             m->env[m->n_env++] = xasprintf("%s=%s", key, json_string_value(v));
-            json_object_set_new(env_out, key, json_string(json_string_value(v)));
         }
-        free(path);
+        free(p);
     }
 }
+
+/* As an object again ("K=V" split at the first '=', which no key holds). */
+static json_t *env_dump(const struct cfgtab_row *r, const void *base)
+{
+    const struct pool_manifest *m = base;
+    json_t *o = json_object();
+    for (size_t i = 0; i < m->n_env; i++) {
+        const char *eq = strchr(m->env[i], '=');
+        json_object_setn_new(o, m->env[i], (size_t)(eq - m->env[i]), json_string(eq + 1));
+    }
+    return o;
+}
+
+static const struct cfgtab_ops env_ops = {.parse = env_parse, .dump = env_dump};
 
 /* Lexically clean an absolute path in place: "//", "/./" and "x/.." go away, so what we
  * show and store reads like the directory it is ("/srv/w/manifests/.." => "/srv/w").
@@ -270,6 +258,99 @@ static char *resolve_workdir(const char *wd, const char *base_dir)
     return out;
 }
 
+static void id_parse(const struct cfgtab_row *r, void *base, json_t *idv, const char *path,
+                     struct cfgtab_ctx *ctx)
+{
+    struct pool_manifest *m = base;
+    if (!json_is_string(idv))
+        cfg_error(ctx->errs, "id", "must be a string");
+    else if (!pool_id_valid(json_string_value(idv)) ||
+             strlen(json_string_value(idv)) != json_string_length(idv))
+        cfg_error(ctx->errs, "id",
+                  "must be 1-%d characters of [A-Za-z0-9_.-], not starting with '.'", POOL_ID_MAX);
+    else
+        m->id = xstrdup(json_string_value(idv));
+}
+
+static const struct cfgtab_ops id_ops = {.parse = id_parse};
+
+static const char *workdir_rule(const char **s, char *buf, size_t cap)
+{
+    (void)buf;
+    (void)cap;
+    return **s && strlen(*s) <= 4096 ? NULL : "must be a non-empty path of at most 4096 bytes";
+}
+
+/* What a manifest leaves out comes from the daemon's defaults (worker_pool.defaults of
+ * the node manager, the built-in ones of pool_config_init): the same rows serve both. */
+#define DOFF(f) offsetof(struct pool_defaults, f)
+static const struct cfgtab_row limit_rows[] = {
+    {"max_concurrency", CFGTAB_INT, DOFF(max_concurrency), .flags = CFGTAB_LIVE, .min = 1,
+     .max = POOL_CONCURRENCY_MAX, .def_i = 1, .doc = "calls in flight per instance"},
+    {"max_instances", CFGTAB_INT, DOFF(max_instances), .flags = CFGTAB_LIVE, .min = 1,
+     .max = POOL_INSTANCES_MAX, .def_i = 1,
+     .doc = "instances alive at once (starting, ready, stopping, or failed and not yet reaped)"},
+    {"idle_ttl_seconds", CFGTAB_DOUBLE, DOFF(idle_ttl_seconds),
+     .flags = CFGTAB_LIVE | CFGTAB_NUMBER, .min = -POOL_TTL_MAX_S, .max = POOL_TTL_MAX_S,
+     .def_d = 300, .doc = "an instance with no call for this long is stopped; negative = never"},
+    {"keep_warm", CFGTAB_BOOL, DOFF(keep_warm), .flags = CFGTAB_LIVE,
+     .doc = "never stopped for idleness"},
+    {"ready_timeout_seconds", CFGTAB_DOUBLE, DOFF(ready_timeout_seconds),
+     .flags = CFGTAB_LIVE | CFGTAB_NUMBER, .min = 0.001, .max = POOL_TIMEOUT_MAX_S, .def_d = 60,
+     .doc = "spawn → ready line and `/health` 200"},
+    {"invoke_timeout_seconds", CFGTAB_DOUBLE, DOFF(invoke_timeout_seconds),
+     .flags = CFGTAB_LIVE | CFGTAB_NUMBER, .min = 0.001, .max = POOL_TIMEOUT_MAX_S, .def_d = 300,
+     .doc = "one forwarded call"},
+};
+static const struct cfgtab limits_table = CFGTAB_TABLE("", limit_rows, NULL);
+
+/* queue_timeout_seconds differs: a default may say "as the invoke timeout" (negative), a
+ * manifest may not. */
+static const struct cfgtab_row defaults_rows[] = {
+    {"", CFGTAB_GROUP, 0, .flags = CFGTAB_LIVE, .sub = &limits_table},
+    {"queue_timeout_seconds", CFGTAB_DOUBLE, DOFF(queue_timeout_seconds),
+     .flags = CFGTAB_LIVE | CFGTAB_NUMBER, .min = -1, .max = POOL_TIMEOUT_MAX_S, .def_d = -1,
+     .doc = "how long a call waits for a slot (negative = `invoke_timeout_seconds`)"},
+};
+const struct cfgtab pool_defaults_cfgtab =
+    CFGTAB_TABLE("worker pool defaults", defaults_rows, NULL);
+
+#define MOFF(f) offsetof(struct pool_manifest, f)
+
+static const struct cfgtab_row manifest_rows[] = {
+    {"id", CFGTAB_STRING, MOFF(id), .flags = CFGTAB_LIVE, .missing = "is required", .ops = &id_ops,
+     .type_doc = "string", .doc = "`[A-Za-z0-9_.-]{1,64}`, not starting with `.`; the URL name"},
+    {"command", CFGTAB_STRLIST, MOFF(argv), MOFF(argc), .flags = CFGTAB_LIVE,
+     .missing = "is required (an array: the program and its arguments)", .ops = &command_ops,
+     .doc = "argv; `argv[0]` without `/` is looked up in `PATH`"},
+    {"workdir", CFGTAB_STRING, MOFF(workdir), .flags = CFGTAB_LIVE, .alias = "repo_dir",
+     .check = workdir_rule, .def_doc = "base dir",
+     .doc = "the worker's cwd; relative paths resolve against the base dir (`--base-dir`, else "
+            "the manifests directory, else the daemon's cwd)"},
+    {"env", CFGTAB_STRLIST, MOFF(env), MOFF(n_env), .flags = CFGTAB_LIVE, .ops = &env_ops,
+     .type_doc = "object of strings", .def_doc = "`{}`",
+     .doc = "added to the daemon's environment"},
+    {"", CFGTAB_GROUP, MOFF(given), .flags = CFGTAB_LIVE, .sub = &limits_table},
+    {"queue_timeout_seconds", CFGTAB_DOUBLE, MOFF(given.queue_timeout_seconds),
+     .flags = CFGTAB_LIVE | CFGTAB_NUMBER, .min = 0, .max = POOL_TIMEOUT_MAX_S,
+     .def_doc = "`invoke_timeout_seconds`",
+     .doc = "how long a call waits for a slot; 0 = fail at once when none is free"},
+};
+const struct cfgtab pool_manifest_cfgtab = CFGTAB_TABLE("worker manifest", manifest_rows, NULL);
+
+static void manifest_free(struct pool_manifest *m)
+{
+    cfgtab_release(&pool_manifest_cfgtab, m);
+    json_decref(m->doc);
+    free(m);
+}
+
+void pool_manifest_unref(struct pool_manifest *m)
+{
+    if (m && --m->refs <= 0)
+        manifest_free(m);
+}
+
 struct pool_manifest *pool_manifest_parse(json_t *obj, const struct pool_defaults *d,
                                           const char *base_dir, struct cfg_errors *e)
 {
@@ -280,75 +361,34 @@ struct pool_manifest *pool_manifest_parse(json_t *obj, const struct pool_default
     int before = cfg_errors_count(e);
     struct pool_manifest *m = xcalloc(1, sizeof(*m));
     m->refs = 1;
-
-    json_t *idv = json_object_get(obj, "id");
-    if (!idv || json_is_null(idv)) {
-        cfg_error(e, "id", "is required");
-    } else if (!json_is_string(idv)) {
-        cfg_error(e, "id", "must be a string");
-    } else if (!pool_id_valid(json_string_value(idv)) ||
-               strlen(json_string_value(idv)) != json_string_length(idv)) {
-        cfg_error(e, "id", "must be 1-%d characters of [A-Za-z0-9_.-], not starting with '.'",
-                  POOL_ID_MAX);
-    } else {
-        m->id = xstrdup(json_string_value(idv));
-    }
-
-    parse_command(obj, m, e);
-
-    /* The seed's manifests name the directory repo_dir; accept it as an alias. */
-    const char *wd_key = json_object_get(obj, "workdir") ? "workdir" : "repo_dir";
-    const char *wd = cfg_get_string(obj, wd_key, NULL, e);
-    if (wd && (!*wd || strlen(wd) > 4096)) {
-        cfg_error(e, wd_key, "must be a non-empty path of at most 4096 bytes");
-        wd = NULL;
-    }
+    m->given = *d;
+    struct cfgtab_ctx ctx = {.errs = e};
+    cfgtab_apply(&pool_manifest_cfgtab, 0, m, obj, &ctx);
+    struct pool_defaults *g = &m->given;
+    if (!cfgtab_given(&ctx, MOFF(given.queue_timeout_seconds)) && d->queue_timeout_seconds < 0)
+        g->queue_timeout_seconds = g->invoke_timeout_seconds;
+    cfgtab_ctx_release(&ctx);
+    char *wd = m->workdir;
     m->workdir = resolve_workdir(wd, base_dir);
-
-    json_t *env_out = json_object();
-    parse_env(obj, m, env_out, e);
-
-    m->max_concurrency = (int)cfg_get_int(obj, "max_concurrency", d->max_concurrency, 1,
-                                          POOL_CONCURRENCY_MAX, e);
-    m->max_instances =
-        (int)cfg_get_int(obj, "max_instances", d->max_instances, 1, POOL_INSTANCES_MAX, e);
-    double ttl = cfg_get_double(obj, "idle_ttl_seconds", d->idle_ttl_seconds, -POOL_TTL_MAX_S,
-                                POOL_TTL_MAX_S, e);
-    m->keep_warm = cfg_get_bool(obj, "keep_warm", d->keep_warm, e);
-    double ready = cfg_get_double(obj, "ready_timeout_seconds", d->ready_timeout_seconds, 0.001,
-                                  POOL_TIMEOUT_MAX_S, e);
-    double invoke = cfg_get_double(obj, "invoke_timeout_seconds", d->invoke_timeout_seconds,
-                                   0.001, POOL_TIMEOUT_MAX_S, e);
-    double qdef = d->queue_timeout_seconds < 0 ? invoke : d->queue_timeout_seconds;
-    double queue = cfg_get_double(obj, "queue_timeout_seconds", qdef, 0, POOL_TIMEOUT_MAX_S, e);
-    m->idle_ttl_ms = ttl < 0 ? -1 : seconds_to_ms(ttl);
-    m->ready_timeout_ms = MOTOR_MAX(seconds_to_ms(ready), 1);
-    m->invoke_timeout_ms = MOTOR_MAX(seconds_to_ms(invoke), 1);
-    m->queue_timeout_ms = seconds_to_ms(queue);
-
+    free(wd);
     if (cfg_errors_count(e) > before) {
-        json_decref(env_out);
         manifest_free(m);
         return NULL;
     }
+    m->max_concurrency = g->max_concurrency;
+    m->max_instances = g->max_instances;
+    if (g->idle_ttl_seconds < 0)
+        g->idle_ttl_seconds = -1;
+    m->idle_ttl_ms = g->idle_ttl_seconds < 0 ? -1 : seconds_to_ms(g->idle_ttl_seconds);
+    m->keep_warm = g->keep_warm;
+    m->ready_timeout_ms = MOTOR_MAX(seconds_to_ms(g->ready_timeout_seconds), 1);
+    m->invoke_timeout_ms = MOTOR_MAX(seconds_to_ms(g->invoke_timeout_seconds), 1);
+    m->queue_timeout_ms = seconds_to_ms(g->queue_timeout_seconds);
 
     /* Unknown fields (name, description, inputs, ...) are kept: they are the
      * operator's, we only normalize ours. */
     m->doc = json_deep_copy(obj);
-    json_object_set_new(m->doc, "id", json_string(m->id));
-    json_t *argv = json_array();
-    for (size_t i = 0; i < m->argc; i++)
-        json_array_append_new(argv, json_string(m->argv[i]));
-    json_object_set_new(m->doc, "command", argv);
-    json_object_set_new(m->doc, "workdir", json_string(m->workdir));
-    json_object_set_new(m->doc, "env", env_out);
-    json_object_set_new(m->doc, "max_concurrency", json_integer(m->max_concurrency));
-    json_object_set_new(m->doc, "max_instances", json_integer(m->max_instances));
-    json_object_set_new(m->doc, "idle_ttl_seconds", num_json(ttl < 0 ? -1 : ttl));
-    json_object_set_new(m->doc, "keep_warm", json_boolean(m->keep_warm));
-    json_object_set_new(m->doc, "ready_timeout_seconds", num_json(ready));
-    json_object_set_new(m->doc, "invoke_timeout_seconds", num_json(invoke));
-    json_object_set_new(m->doc, "queue_timeout_seconds", num_json(queue));
+    cfgtab_dump_into(&pool_manifest_cfgtab, m, m->doc);
     return m;
 }
 

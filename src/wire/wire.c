@@ -2,6 +2,7 @@
 #include "wire/wire.h"
 #include "wire/wire_internal.h"
 
+#include "common/jval.h"
 #include "common/strbuf.h"
 #include "common/util.h"
 
@@ -53,30 +54,6 @@ void wj_err(struct wire_err *err, const char *path, const char *key, const char 
         capped(err->msg, sizeof(err->msg), "%s", msg);
 }
 
-const char *wj_type_name(const json_t *v)
-{
-    if (!v)
-        return "nothing";
-    switch (json_typeof(v)) {
-    case JSON_OBJECT:
-        return "an object";
-    case JSON_ARRAY:
-        return "an array";
-    case JSON_STRING:
-        return "a string";
-    case JSON_INTEGER:
-        return "an integer";
-    case JSON_REAL:
-        return "a real number";
-    case JSON_TRUE:
-    case JSON_FALSE:
-        return "a boolean";
-    case JSON_NULL:
-        return "null";
-    }
-    return "an unknown value";
-}
-
 const char *wj_path_key(char *buf, size_t cap, const char *path, const char *key)
 {
     const char *p = path ? path : "";
@@ -99,13 +76,14 @@ int wj_require_object(json_t *j, const char *path, struct wire_err *err)
 {
     if (json_is_object(j))
         return 0;
-    wj_err(err, path, NULL, "must be a JSON object, got %s", wj_type_name(j));
+    wj_err(err, path, NULL, "must be a JSON object, got %s", jval_type_name(j));
     if (err && (!path || !*path))
-        snprintf(err->msg, sizeof(err->msg), "body must be a JSON object, got %s", wj_type_name(j));
+        snprintf(err->msg, sizeof(err->msg), "body must be a JSON object, got %s",
+                 jval_type_name(j));
     return -EINVAL;
 }
 
-/* ---- getters ------------------------------------------------------------------------ */
+/* ---- getters: the wire's wording of jval's verdicts (common/jval.h) ----------------- */
 
 json_t *wj_get(json_t *obj, const char *path, const char *key, int req, struct wire_err *err,
                int *rc)
@@ -121,36 +99,49 @@ json_t *wj_get(json_t *obj, const char *path, const char *key, int req, struct w
     return NULL;
 }
 
+/* The message of a failed string-like read of v at path. */
+static int string_fail(enum jval_rc rc, json_t *v, const char *path, const char *want,
+                       struct wire_err *err)
+{
+    if (rc == JVAL_LONG)
+        wj_err(err, path, NULL, "too long (%zu bytes, max %d)", json_string_length(v),
+               WIRE_STR_MAX);
+    else if (rc == JVAL_NUL)
+        wj_err(err, path, NULL, "must not contain NUL characters");
+    else if (rc == JVAL_NEGATIVE)
+        wj_err(err, path, NULL, "must be a non-negative number, got %" JSON_INTEGER_FORMAT,
+               json_integer_value(v));
+    else
+        wj_err(err, path, NULL, "must be %s, got %s", want, jval_type_name(v));
+    return -EINVAL;
+}
+
 int wj_value_str(json_t *v, const char *path, char **out, struct wire_err *err)
 {
-    if (!json_is_string(v)) {
-        wj_err(err, path, NULL, "must be a string, got %s", wj_type_name(v));
-        return -EINVAL;
-    }
-    size_t len = json_string_length(v);
-    const char *s = json_string_value(v);
-    if (len > WIRE_STR_MAX) {
-        wj_err(err, path, NULL, "too long (%zu bytes, max %d)", len, WIRE_STR_MAX);
-        return -EINVAL;
-    }
-    if (strlen(s) != len) {
-        wj_err(err, path, NULL, "must not contain NUL characters");
-        return -EINVAL;
-    }
+    const char *s;
+    size_t len;
+    enum jval_rc rc = jval_string(v, WIRE_STR_MAX, &s, &len);
+    if (rc != JVAL_OK)
+        return string_fail(rc, v, path, "a string", err);
     free(*out);
     *out = xstrndup(s, len);
     return 0;
 }
 
+/* Getters of one member: look key up, then read the value at "<path>.<key>". */
+#define WJ_MEMBER(read)                                                                            \
+    int rc;                                                                                        \
+    json_t *v = wj_get(obj, path, key, req, err, &rc);                                             \
+    if (!v)                                                                                        \
+        return rc;                                                                                 \
+    char p[WIRE_PATH_MAX];                                                                         \
+    wj_path_key(p, sizeof(p), path, key);                                                          \
+    return read
+
 int wj_str(json_t *obj, const char *path, const char *key, int req, char **out,
            struct wire_err *err)
 {
-    int rc;
-    json_t *v = wj_get(obj, path, key, req, err, &rc);
-    if (!v)
-        return rc;
-    char p[WIRE_PATH_MAX];
-    return wj_value_str(v, wj_path_key(p, sizeof(p), path, key), out, err);
+    WJ_MEMBER(wj_value_str(v, p, out, err));
 }
 
 int wj_str_nonempty(json_t *obj, const char *path, const char *key, int req, char **out,
@@ -174,48 +165,26 @@ int wj_str_nonempty(json_t *obj, const char *path, const char *key, int req, cha
 
 int wj_value_numstr(json_t *v, const char *path, char **out, struct wire_err *err)
 {
-    if (json_is_integer(v)) {
-        json_int_t x = json_integer_value(v);
-        if (x < 0) {
-            wj_err(err, path, NULL, "must be a non-negative number, got %" JSON_INTEGER_FORMAT, x);
-            return -EINVAL;
-        }
-        free(*out);
-        *out = xasprintf("%" JSON_INTEGER_FORMAT, x);
-        return 0;
-    }
-    if (!json_is_string(v)) {
-        wj_err(err, path, NULL, "must be a string or an integer, got %s", wj_type_name(v));
-        return -EINVAL;
-    }
-    return wj_value_str(v, path, out, err);
-}
-
-int wj_port_value(const char *s)
-{
-    int port = 0;
-    if (!s || util_parse_int(s, 1, 65535, &port) < 0)
-        return 0;
-    return port;
+    char *s = NULL;
+    enum jval_rc rc = jval_numstr(v, WIRE_STR_MAX, &s);
+    if (rc != JVAL_OK)
+        return string_fail(rc, v, path, "a string or an integer", err);
+    free(*out);
+    *out = s;
+    return 0;
 }
 
 int wj_value_portstr(json_t *v, const char *path, char **out, struct wire_err *err)
 {
     char *s = NULL;
-    int rc = wj_value_numstr(v, path, &s, err);
-    if (rc < 0)
-        return rc;
-    /* Digits only: util_parse_int would also take "+80" or " 80", which no peer sends and
-     * which would not compare equal to the port we derive. */
-    bool digits = *s != '\0';
-    for (const char *c = s; *c; c++)
-        if (*c < '0' || *c > '9')
-            digits = false;
-    if (!digits || !wj_port_value(s)) {
+    enum jval_rc rc = jval_portstr(v, WIRE_STR_MAX, &s);
+    if (rc == JVAL_NOT_PORT) {
         wj_err(err, path, NULL, "must be a port number 1-65535, got \"%.40s\"", s);
         free(s);
         return -EINVAL;
     }
+    if (rc != JVAL_OK)
+        return string_fail(rc, v, path, "a string or an integer", err);
     free(*out);
     *out = s;
     return 0;
@@ -224,43 +193,25 @@ int wj_value_portstr(json_t *v, const char *path, char **out, struct wire_err *e
 int wj_numstr(json_t *obj, const char *path, const char *key, int req, char **out,
               struct wire_err *err)
 {
-    int rc;
-    json_t *v = wj_get(obj, path, key, req, err, &rc);
-    if (!v)
-        return rc;
-    char p[WIRE_PATH_MAX];
-    return wj_value_numstr(v, wj_path_key(p, sizeof(p), path, key), out, err);
+    WJ_MEMBER(wj_value_numstr(v, p, out, err));
 }
 
 int wj_portstr(json_t *obj, const char *path, const char *key, int req, char **out,
                struct wire_err *err)
 {
-    int rc;
-    json_t *v = wj_get(obj, path, key, req, err, &rc);
-    if (!v)
-        return rc;
-    char p[WIRE_PATH_MAX];
-    return wj_value_portstr(v, wj_path_key(p, sizeof(p), path, key), out, err);
+    WJ_MEMBER(wj_value_portstr(v, p, out, err));
 }
 
 int wj_value_int(json_t *v, const char *path, int64_t min, int64_t max, int64_t *out,
                  struct wire_err *err)
 {
-    int64_t x;
-    if (json_is_integer(v)) {
-        x = (int64_t)json_integer_value(v);
-    } else if (json_is_real(v)) {
-        double d = json_real_value(v);
-        if (!isfinite(d) || floor(d) != d || d < -9007199254740992.0 || d > 9007199254740992.0) {
-            wj_err(err, path, NULL, "must be an integer, got %s", wj_type_name(v));
-            return -EINVAL;
-        }
-        x = (int64_t)d;
-    } else {
-        wj_err(err, path, NULL, "must be an integer, got %s", wj_type_name(v));
+    int64_t x = 0;
+    enum jval_rc rc = jval_int(v, min, max, JVAL_INT_EXACT, &x);
+    if (rc == JVAL_TYPE) {
+        wj_err(err, path, NULL, "must be an integer, got %s", jval_type_name(v));
         return -EINVAL;
     }
-    if (x < min || x > max) {
+    if (rc == JVAL_RANGE) {
         wj_err(err, path, NULL, "must be in [%" PRId64 ", %" PRId64 "], got %" PRId64, min, max, x);
         return -EINVAL;
     }
@@ -271,12 +222,7 @@ int wj_value_int(json_t *v, const char *path, int64_t min, int64_t max, int64_t 
 int wj_int(json_t *obj, const char *path, const char *key, int req, int64_t min, int64_t max,
            int64_t *out, struct wire_err *err)
 {
-    int rc;
-    json_t *v = wj_get(obj, path, key, req, err, &rc);
-    if (!v)
-        return rc;
-    char p[WIRE_PATH_MAX];
-    return wj_value_int(v, wj_path_key(p, sizeof(p), path, key), min, max, out, err);
+    WJ_MEMBER(wj_value_int(v, p, min, max, out, err));
 }
 
 int wj_int32(json_t *obj, const char *path, const char *key, int req, int min, int max, int *out,
@@ -296,12 +242,13 @@ int wj_double(json_t *obj, const char *path, const char *key, int req, double mi
     json_t *v = wj_get(obj, path, key, req, err, &rc);
     if (!v)
         return rc;
-    if (!json_is_number(v)) {
-        wj_err(err, path, key, "must be a number, got %s", wj_type_name(v));
+    double d = 0;
+    enum jval_rc jrc = jval_double(v, min, max, &d);
+    if (jrc == JVAL_TYPE) {
+        wj_err(err, path, key, "must be a number, got %s", jval_type_name(v));
         return -EINVAL;
     }
-    double d = json_number_value(v);
-    if (!isfinite(d) || d < min || d > max) {
+    if (jrc == JVAL_RANGE) {
         char got[40], lo[40], hi[40];
         wire_fmt_double(d, got, sizeof(got));
         wire_fmt_double(min, lo, sizeof(lo));
@@ -320,11 +267,10 @@ int wj_bool(json_t *obj, const char *path, const char *key, int req, bool *out,
     json_t *v = wj_get(obj, path, key, req, err, &rc);
     if (!v)
         return rc;
-    if (!json_is_boolean(v)) {
-        wj_err(err, path, key, "must be true or false, got %s", wj_type_name(v));
+    if (jval_bool(v, out) != JVAL_OK) {
+        wj_err(err, path, key, "must be true or false, got %s", jval_type_name(v));
         return -EINVAL;
     }
-    *out = json_is_true(v);
     return 0;
 }
 
@@ -336,11 +282,12 @@ int wj_array(json_t *obj, const char *path, const char *key, int req, json_t **o
     json_t *v = wj_get(obj, path, key, req, err, &rc);
     if (!v)
         return rc;
-    if (!json_is_array(v)) {
-        wj_err(err, path, key, "must be an array, got %s", wj_type_name(v));
+    enum jval_rc jrc = jval_array(v, WIRE_LIST_MAX);
+    if (jrc == JVAL_TYPE) {
+        wj_err(err, path, key, "must be an array, got %s", jval_type_name(v));
         return -EINVAL;
     }
-    if (json_array_size(v) > WIRE_LIST_MAX) {
+    if (jrc == JVAL_LONG) {
         wj_err(err, path, key, "too many elements (%zu, max %d)", json_array_size(v),
                WIRE_LIST_MAX);
         return -EINVAL;
@@ -358,7 +305,7 @@ int wj_object(json_t *obj, const char *path, const char *key, int req, json_t **
     if (!v)
         return rc;
     if (!json_is_object(v)) {
-        wj_err(err, path, key, "must be an object, got %s", wj_type_name(v));
+        wj_err(err, path, key, "must be an object, got %s", jval_type_name(v));
         return -EINVAL;
     }
     *out = v;
@@ -776,7 +723,7 @@ void wire_endpoints_free(struct wire_endpoint *v, size_t n)
 
 int wire_endpoint_port(const struct wire_endpoint *e)
 {
-    return e ? wj_port_value(e->business_port) : 0;
+    return e ? jval_port_value(e->business_port) : 0;
 }
 
 /* Parse an array of Endpoint (shared by StartCmdMsg and ReregisterMsg). */

@@ -195,7 +195,7 @@ int wire_ft_guard_req_parse(json_t *j, struct wire_ft_guard_req *out, struct wir
         wire_err_set(err, "lease_sec: missing");
         rc = -EINVAL;
     } else if (!json_is_number(lease)) {
-        wire_err_set(err, "lease_sec: must be a number, got %s", wj_type_name(lease));
+        wire_err_set(err, "lease_sec: must be a number, got %s", jval_type_name(lease));
         rc = -EINVAL;
     } else if (!*out->request_id) {
         wire_err_set(err, "request_id: must not be empty");

@@ -1,11 +1,14 @@
 /* wire_internal — field getters shared by the wire_* parsers (not a public contract).
  *
- * Each getter reads obj[key], checks it and reports "<path>.<key>: <problem>" through
+ * The checks are common/jval.h's (shared with the configuration getters); these word
+ * them the wire's way: the first error only, the JSON type named ("got a string"). Each
+ * getter reads obj[key], checks it and reports "<path>.<key>: <problem>" through
  * err. Return 0 (value stored, or left untouched when absent/null and not required) or
  * -EINVAL. `path` is the JSON path of obj ("" at the top level). */
 #ifndef MOTOR_WIRE_INTERNAL_H
 #define MOTOR_WIRE_INTERNAL_H
 
+#include "common/jval.h"
 #include "wire/wire.h"
 
 #define WIRE_PATH_MAX 160
@@ -15,8 +18,6 @@ enum { WJ_OPT = 0, WJ_REQ = 1 };
 /* "<path>.<key>: <message>" (or "<key>: ..." at the top, "<path>: ..." without key). */
 void wj_err(struct wire_err *err, const char *path, const char *key, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-/* "a JSON string", "an integer", ... for messages. */
-const char *wj_type_name(const json_t *v);
 /* Child path "<path>.<key>" / "<path>[i]" into buf. */
 const char *wj_path_key(char *buf, size_t cap, const char *path, const char *key);
 const char *wj_path_idx(char *buf, size_t cap, const char *path, size_t i);
@@ -72,9 +73,6 @@ int wj_require_object(json_t *j, const char *path, struct wire_err *err);
 /* Setters for serializers: skip NULL strings / zero ports. */
 void wj_set_str(json_t *o, const char *key, const char *s);
 void wj_set_int(json_t *o, const char *key, int64_t v);
-
-/* Parse a decimal port string, 0 when invalid. */
-int wj_port_value(const char *s);
 
 /* Path-aware parsers of embedded types (path names the value itself). */
 int wire_device_list_parse_at(json_t *arr, const char *path, struct wire_device_info **out,

@@ -17,7 +17,7 @@ static int ranktable_field(json_t *j, struct wire_ranktable **out, struct wire_e
     if (!v || json_is_null(v))
         return 0;
     if (!json_is_object(v)) {
-        wire_err_set(err, "ranktable: must be an object or null, got %s", wj_type_name(v));
+        wire_err_set(err, "ranktable: must be an object or null, got %s", jval_type_name(v));
         return -EINVAL;
     }
     struct wire_ranktable *rt = xcalloc(1, sizeof(*rt));

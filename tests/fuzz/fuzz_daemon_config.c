@@ -5,6 +5,7 @@
  * any document, errors are counted consistently, and a plan that builds has ports in
  * 1..65535, pods within the cap and an effective configuration that serializes. */
 #include "cli/up_plan.h"
+#include "common/cfgtab.h"
 #include "controller/ctl_config.h"
 #include "coordinator/coord_config.h"
 #include "fuzz_paths.h"
@@ -38,6 +39,22 @@ static void check_report(struct cfg_errors *e)
         abort();
     if (n && t[n - 1] != '\n')
         abort();
+}
+
+/* The effective dump serializes; a config differs from itself in nothing; a diff against
+ * the defaults completes. */
+static void dump_and_diff(const struct cfgtab *t, const void *def, const void *c)
+{
+    json_t *j = cfgtab_dump(t, c);
+    char *text = json_dumps(j, JSON_COMPACT);
+    if (!text)
+        abort();
+    free(text);
+    json_decref(j);
+    char *d = cfgtab_diff(t, c, c, 0, 0);
+    if (d)
+        abort();
+    free(cfgtab_diff(t, def, c, CFGTAB_LIVE, 0));
 }
 
 static void plan(json_t *root, int port_base)
@@ -84,22 +101,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     struct cfg_errors e;
     cfg_errors_init(&e, "user_config");
-    struct ctlcfg cc;
+    struct ctlcfg cc, cdef;
     ctlcfg_init(&cc);
+    ctlcfg_init(&cdef);
     ctlcfg_apply(&cc, root, &e);
     double lease = ctlcfg_guard_lease_s(&cc);
     if (!(lease >= 0) || lease > 300.0001)
         abort();
     (void)ctlcfg_store_name(cc.store);
+    dump_and_diff(&ctlcfg_cfgtab, &cdef, &cc);
     ctlcfg_release(&cc);
+    ctlcfg_release(&cdef);
     check_report(&e);
     cfg_errors_release(&e);
 
     cfg_errors_init(&e, "user_config");
-    struct ccfg co;
+    struct ccfg co, codef;
     ccfg_init(&co);
+    ccfg_init(&codef);
     ccfg_apply(&co, root, &e);
+    dump_and_diff(&ccfg_cfgtab, &codef, &co);
     ccfg_release(&co);
+    ccfg_release(&codef);
     check_report(&e);
     cfg_errors_release(&e);
 

@@ -6,6 +6,7 @@
  * 1..65535, one service port per endpoint, and the rendered argv is NULL-terminated. */
 #include "fuzz_paths.h"
 #include "nodemgr/engine_cmd.h"
+#include "common/cfgtab.h"
 #include "nodemgr/nm_config.h"
 
 #include <jansson.h>
@@ -109,6 +110,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 build_cmds(c);
                 if (first) {
                     free(nm_config_diff(first, c));
+                    /* restart keys are a subset of the changed keys: none without a change */
+                    char *all = cfgtab_diff(&nm_config_cfgtab, first, c, 0, 0);
+                    char *restart = nm_config_restart_keys(first, c);
+                    if (restart && !all)
+                        abort();
+                    free(all);
+                    free(restart);
                     nm_config_free(c);
                 } else {
                     first = c;

@@ -5,8 +5,10 @@ one SQLite file do the same through the lock file."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
 
 import pytest
 
@@ -178,6 +180,43 @@ def test_store_errors_are_fatal_at_start(env, procs):
     p = procs.motor("controller", "--config", cfg, name="bad-store")
     assert p.wait(10) == 1
     assert "cannot open the sqlite store" in p.output()
+
+
+def test_check_config_prints_the_effective_configuration(tmpdir_path):
+    """--check-config: the effective configuration as JSON on stdout (from the table: every
+    key at its upstream path, durations in seconds, overrides applied), exit 0; no secret
+    is printed, only whether it was loaded."""
+    key = os.path.join(tmpdir_path, "coord.key")
+    with open(key, "w") as f:
+        f.write("very-secret-push-key\n")
+    cfg = os.path.join(tmpdir_path, "ctl.json")
+    with open(cfg, "w") as f:
+        json.dump({"motor_controller_config": {
+            "instance_config": {"instance_heartbeat_timeout": 2.5},
+            "etcd_config": {"etcd_host": "etcd.x", "etcd_port": 2399,
+                            "enable_etcd_persistence": True},
+            "standby_config": {"master_lock_ttl": 4}},
+            "motor_coordinator_config": {
+                "api_config": {"coordinator_api_dns": "coord.x"},
+                "mgmt_api_key_config": {"enable_api_key": True, "api_key_file": key}}}, f)
+    r = subprocess.run([motorlib.motor_bin(), "controller", "--check-config", "--config", cfg,
+                        "--port", "0"], capture_output=True, text=True, timeout=30,
+                       env={**os.environ, "POD_IP": "10.9.9.9"})
+    assert r.returncode == 0, r.stderr
+    assert "configuration OK" in r.stderr
+    eff = json.loads(r.stdout)
+    assert eff["config_path"] == cfg
+    assert eff["api_config"]["controller_api_host"] == "10.9.9.9"
+    assert eff["api_config"]["controller_api_port"] == 0
+    assert eff["instance_config"]["instance_heartbeat_timeout"] == 2.5
+    assert eff["instance_config"]["instance_heartbeat_timeout_inactive"] == 300
+    assert eff["store_config"]["backend"] == "etcd"
+    assert eff["store_config"]["etcd_endpoints"] == ["http://etcd.x:2399"]
+    assert eff["store_config"]["etcd_lease_ttl"] == 4
+    coord = eff["motor_coordinator_config"]
+    assert coord["api_config"]["coordinator_api_dns"] == "coord.x"
+    assert coord["mgmt_api_key_config"]["key_loaded"] is True
+    assert "very-secret-push-key" not in r.stdout + r.stderr
 
 
 def test_check_config_reports_every_error(env, procs, tmpdir_path):

@@ -293,7 +293,8 @@ def test_etcd_store_option(tmpdir_path):
         "etcd_endpoints": [f"http://motor-etcd.{NAMESPACE}.svc.cluster.local:2379"]}
     r = motor("controller", "--check-config", "--config", write_user_config(tmpdir_path, cfg),
               env={"POD_IP": "127.0.0.1"})
-    assert r.returncode == 0 and "store etcd" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads(r.stdout)["store_config"]["backend"] == "etcd", r.stdout
     assert f"motor-etcd.{NAMESPACE}.svc.cluster.local:2379" in (K8S / "controller.yaml").read_text()
 
 

@@ -48,6 +48,8 @@ def test_hot_reload_rename_over_and_invalid(procs, tmpdir_path):
         replace_file(path, cfg2)
         ev = nm.wait_event("config_reloaded", timeout=5)
         assert ev["heartbeat_interval_seconds"] == 0.7 and ev["log_level"] == "DEBUG"
+        # Both are live keys of the configuration table: nothing asks for a restart.
+        assert not nm.find_events("config_reload_restart_required")
         nm.wait_event("heartbeat_interval_changed", interval_ms=700, timeout=5)
         gaps = hb_gaps(ctl, 2, len(ctl.of("/controller/heartbeat")))
         assert min(gaps) > 0.5, gaps
@@ -91,14 +93,18 @@ def test_hot_reload_kubernetes_symlink_swap(procs, tmpdir_path):
     nm.wait_ready()
 
     cfg2 = json.loads(json.dumps(cfg))
-    cfg2["motor_engine_union_config"]["motor_nodemanger_config"]["basic_config"][
-        "heartbeat_interval_seconds"] = 0.4
+    blk = cfg2["motor_engine_union_config"]["motor_nodemanger_config"]
+    blk["basic_config"]["heartbeat_interval_seconds"] = 0.4
+    blk["management_api_key"] = "new-key"  # a restart key: reported, not applied
     os.makedirs(os.path.join(d, "..v2"))
     write_json(os.path.join(d, "..v2", "user_config.json"), cfg2)
     os.symlink("..v2", os.path.join(d, "..data_tmp"))
     os.rename(os.path.join(d, "..data_tmp"), os.path.join(d, "..data"))
     ev = nm.wait_event("config_reloaded", timeout=5)
     assert ev["heartbeat_interval_seconds"] == 0.4
+    ev = nm.wait_event("config_reload_restart_required", timeout=5)
+    assert ev["settings"] == "motor.management_api_key", ev
+    assert "new-key" not in nm.output()
     # A touch without a content change reloads nothing.
     n = len(nm.find_events("config_reloaded"))
     os.utime(os.path.join(d, "..data"), follow_symlinks=False)

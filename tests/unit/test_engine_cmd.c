@@ -10,25 +10,12 @@
 
 #include "common/util.h"
 #include "nodemgr/engine_cmd.h"
+#include "unit_helpers.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static json_t *J(const char *squoted)
-{
-    char *s = xstrdup(squoted);
-    for (char *p = s; *p; p++)
-        if (*p == '\'')
-            *p = '"';
-    json_error_t jerr;
-    json_t *j = json_loads(s, 0, &jerr);
-    if (!j)
-        fail_msg("bad test JSON %s: %s", squoted, jerr.text);
-    free(s);
-    return j;
-}
 
 static struct nm_config *cfg_of(const char *squoted, const char *role, const char **env)
 {

@@ -10,6 +10,7 @@
 
 #include "common/util.h"
 #include "nodemgr/nm_config.h"
+#include "unit_helpers.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -22,39 +23,12 @@
 
 /* ---- helpers ------------------------------------------------------------------------ */
 
-static char *repo_path(const char *rel)
-{
-    char *repo = xstrdup(__FILE__);
-    for (int i = 0; i < 3; i++) {
-        char *slash = strrchr(repo, '/');
-        if (slash)
-            *slash = '\0';
-    }
-    char *p = xasprintf("%s/%s", repo, rel);
-    free(repo);
-    return p;
-}
-
 static char *fixture(const char *name)
 {
     char *rel = xasprintf("tests/fixtures/%s", name);
     char *p = repo_path(rel);
     free(rel);
     return p;
-}
-
-static json_t *J(const char *squoted)
-{
-    char *s = xstrdup(squoted);
-    for (char *p = s; *p; p++)
-        if (*p == '\'')
-            *p = '"';
-    json_error_t jerr;
-    json_t *j = json_loads(s, 0, &jerr);
-    if (!j)
-        fail_msg("bad test JSON %s: %s", squoted, jerr.text);
-    free(s);
-    return j;
 }
 
 /* Load a fixture file for role with the given environment ("K=V" list). */
@@ -1094,6 +1068,11 @@ static void test_reload(void **state)
     char *d = nm_config_diff(live, next);
     assert_string_equal(d, "api_config,basic_config");
     free(d);
+    /* of the two, only the port needs a restart (the table's live/restart class) */
+    d = nm_config_restart_keys(live, next);
+    assert_string_equal(d, "api_config.node_manager_port");
+    free(d);
+    assert_null(nm_config_restart_keys(live, live));
     nm_config_free(next);
 
     /* an invalid file: NULL with the reasons, live untouched */

@@ -10,6 +10,7 @@
 #include "cli/status.h"
 #include "cli/up_plan.h"
 #include "common/util.h"
+#include "unit_helpers.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -158,26 +159,12 @@ static void test_plan_errors(void **state)
 
 /* ---- port base: DP master, KV transfer, SGLang bootstrap ----------------------------- */
 
-/* <repo>/<rel>, <repo> being three levels above this source file. */
-static char *repo_file(const char *rel)
-{
-    char *repo = xstrdup(__FILE__);
-    for (int i = 0; i < 3; i++) {
-        char *slash = strrchr(repo, '/');
-        if (slash)
-            *slash = '\0';
-    }
-    char *path = xasprintf("%s/%s", repo, rel);
-    free(repo);
-    return path;
-}
-
 /* A config from the repo (examples/...) or the shared upstream samples
  * (../shared/spec/upstream-examples/..., as test_wire_upstream finds them); NULL when
  * an upstream sample is not there. */
 static json_t *load_config(const char *rel)
 {
-    char *path = repo_file(rel);
+    char *path = repo_path(rel);
     json_error_t je;
     json_t *j = json_load_file(path, 0, &je);
     if (!j && strncmp(rel, "../", 3) != 0)
