@@ -909,6 +909,11 @@ static void parse_engine_section(struct loader *L, json_t *sec, const char *secn
     at(L, ecpath);
     free(ecpath);
     c->dp_master_port = get_int(ec, "data_parallel_master_port", 29500, 1, 65535, e);
+    /* vLLM's DP group: one store port per rank from the master port on. */
+    if (c->parallel.dp_size > 1 && c->dp_master_port + c->parallel.dp_size - 1 > 65535)
+        cfg_error(e, "data_parallel_master_port",
+                  "%d DP ranks need ports %d..%d, beyond 65535", c->parallel.dp_size,
+                  c->dp_master_port, c->dp_master_port + c->parallel.dp_size - 1);
     c->dp_rpc_port = get_int(ec, "data_parallel_rpc_port", 9000, 1, 65535, e);
     if (c->engine_type == NM_ENGINE_SGLANG)
         c->bootstrap_port = get_int(ec, "disaggregation_bootstrap_port", 0, 1, 65535, e);
@@ -1084,6 +1089,11 @@ static void derive(struct loader *L, json_t *deploy)
                       sc->node_manager_port_offset, c->node_manager_port);
         if (sc->dp_rpc_port > 65535 || sc->kv_port > 65535 || sc->lookup_rpc_port > 65535)
             cfg_error(e, "single_container_config", "an offset port exceeds 65535");
+        /* Each device of the pod takes one KV transfer port from kv_port on. */
+        else if (sc->kv_port > 0 && sc->kv_port + sc->device_num - 1 > 65535)
+            cfg_error(e, "kv_transfer_config.kv_port",
+                      "the pod's %d devices need KV ports %d..%d, beyond 65535", sc->device_num,
+                      sc->kv_port, sc->kv_port + sc->device_num - 1);
     }
 
     /* device_num */
