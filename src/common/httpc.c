@@ -863,7 +863,9 @@ static void idle_event(struct cconn *c)
 {
     if (conn_is_tls(&c->c) && tls_quiet(c) && cc_sync_watch(c) == 0)
         return;
-    cc_close(c, false);
+    /* graceful: our close_notify (even to a peer that left) keeps the pool's TLS
+     * session resumable; OpenSSL voids the sessions of unclean closes */
+    cc_close(c, true);
 }
 
 static void on_conn_event(struct reactor *r, int fd, uint32_t events, void *arg)
