@@ -44,7 +44,7 @@ struct conn_ops {
 struct conn {
     int fd;
     const struct conn_ops *ops;
-    struct conn_tls *tls; /* NULL on a plain connection */
+    struct conn_tls *tls;  /* NULL on a plain connection */
     bool sock_rd, sock_wr; /* the socket may read / write without blocking, as far as known */
     uint8_t rd_wants;      /* what a blocked read waits for: CONN_WANT_* */
     uint8_t wr_wants;      /* ... a blocked write */

@@ -26,6 +26,7 @@ enum {
 
 /* A table: every request has a method, fields and a Host, and one load a byte is the
  * cheapest test. test_http1 checks it byte by byte against the RFC sets. */
+/* clang-format off */
 static const unsigned char chars[256] = {
     ['\t'] = C_VALUE, [' '] = C_VALUE,
     ['!'] = TH, ['"'] = C_VALUE, ['#'] = TV, ['$'] = TH, ['%'] = TH, ['&'] = TH, ['\''] = TH,
@@ -40,6 +41,7 @@ static const unsigned char chars[256] = {
     ['{'] = C_VALUE, ['|'] = TV, ['}'] = C_VALUE, ['~'] = TH,
     [0x80 ... 0xff] = C_VALUE,
 };
+/* clang-format on */
 
 static bool is(unsigned char c, unsigned cls)
 {
@@ -451,8 +453,8 @@ static void size_line_done(struct http1_chunked *d)
     d->digits = 0;
 }
 
-ssize_t http1_chunked_step(struct http1_chunked *d, const char *in, size_t len,
-                           const char **data, size_t *dlen)
+ssize_t http1_chunked_step(struct http1_chunked *d, const char *in, size_t len, const char **data,
+                           size_t *dlen)
 {
     bool strict = (d->flags & HTTP1_CHUNKED_STRICT) != 0;
     size_t tmax = strict ? HTTP1_TRAILERS_MAX_STRICT : HTTP1_TRAILERS_MAX;

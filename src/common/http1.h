@@ -134,8 +134,8 @@ void http1_chunked_init(struct http1_chunked *d, unsigned flags);
  * after data, a control byte in an extension, a bare LF in strict mode, a size of 2^60
  * or more) or -EMSGSIZE (more than 16 size digits, a line above 4 KiB, trailers above
  * their cap). Call again with the rest until everything is consumed or d->done. */
-ssize_t http1_chunked_step(struct http1_chunked *d, const char *in, size_t len,
-                           const char **data, size_t *dlen);
+ssize_t http1_chunked_step(struct http1_chunked *d, const char *in, size_t len, const char **data,
+                           size_t *dlen);
 /* The same decoder in place, as a server keeps a body: chunk data is moved to
  * buf[0..*out_len) (never ahead of the input, so in place is safe); *consumed says how
  * much input was used. Returns 1 when the body is complete (input after *consumed

@@ -27,76 +27,76 @@
 
 /* ---- the library ------------------------------------------------------------------------- */
 
-#define OSSL_FUNCS(X)                                                                          \
-    X(OpenSSL_version_num)                                                                     \
-    X(OPENSSL_init_ssl)                                                                        \
-    X(TLS_server_method)                                                                       \
-    X(TLS_client_method)                                                                       \
-    X(SSL_CTX_new)                                                                             \
-    X(SSL_CTX_free)                                                                            \
-    X(SSL_CTX_ctrl)                                                                            \
-    X(SSL_CTX_set_options)                                                                     \
-    X(SSL_CTX_set_cipher_list)                                                                 \
-    X(SSL_CTX_set_ciphersuites)                                                                \
-    X(SSL_CTX_use_certificate_chain_file)                                                      \
-    X(SSL_CTX_use_PrivateKey)                                                                  \
-    X(SSL_CTX_check_private_key)                                                               \
-    X(SSL_CTX_load_verify_locations)                                                           \
-    X(SSL_CTX_set_default_verify_paths)                                                        \
-    X(SSL_CTX_set_verify)                                                                      \
-    X(SSL_CTX_set_verify_depth)                                                                \
-    X(SSL_CTX_get_cert_store)                                                                  \
-    X(SSL_load_client_CA_file)                                                                 \
-    X(SSL_CTX_set_client_CA_list)                                                              \
-    X(SSL_CTX_set_session_id_context)                                                          \
-    X(SSL_new)                                                                                 \
-    X(SSL_free)                                                                                \
-    X(SSL_set_accept_state)                                                                    \
-    X(SSL_set_connect_state)                                                                   \
-    X(SSL_do_handshake)                                                                        \
-    X(SSL_read_ex)                                                                             \
-    X(SSL_write_ex)                                                                            \
-    X(SSL_get_error)                                                                           \
-    X(SSL_shutdown)                                                                            \
-    X(SSL_ctrl)                                                                                \
-    X(SSL_set1_host)                                                                           \
-    X(SSL_set_hostflags)                                                                       \
-    X(SSL_get0_param)                                                                          \
-    X(SSL_set_session)                                                                         \
-    X(SSL_get1_session)                                                                        \
-    X(SSL_session_reused)                                                                      \
-    X(SSL_SESSION_free)                                                                        \
-    X(SSL_SESSION_is_resumable)                                                                \
-    X(SSL_get_verify_result)                                                                   \
-    X(SSL_get_version)                                                                         \
-    X(SSL_get_current_cipher)                                                                  \
-    X(SSL_CIPHER_get_name)                                                                     \
-    X(ERR_get_error)                                                                           \
-    X(ERR_peek_error)                                                                          \
-    X(ERR_clear_error)                                                                         \
-    X(ERR_reason_error_string)                                                                 \
-    X(BIO_new_file)                                                                            \
-    X(BIO_free)                                                                                \
-    X(PEM_read_bio_PrivateKey)                                                                 \
-    X(PEM_read_bio_X509_CRL)                                                                   \
-    X(EVP_PKEY_free)                                                                           \
-    X(X509_CRL_free)                                                                           \
-    X(X509_STORE_add_crl)                                                                      \
-    X(X509_STORE_set_flags)                                                                    \
-    X(X509_VERIFY_PARAM_set1_ip_asc)                                                           \
-    X(X509_verify_cert_error_string)                                                           \
-    X(BIO_get_new_index)                                                                       \
-    X(BIO_meth_new)                                                                            \
-    X(BIO_meth_set_write_ex)                                                                   \
-    X(BIO_meth_set_read_ex)                                                                    \
-    X(BIO_meth_set_ctrl)                                                                       \
-    X(BIO_new)                                                                                 \
-    X(BIO_set_data)                                                                            \
-    X(BIO_get_data)                                                                            \
-    X(BIO_set_init)                                                                            \
-    X(BIO_set_flags)                                                                           \
-    X(BIO_clear_flags)                                                                         \
-    X(BIO_test_flags)                                                                          \
+#define OSSL_FUNCS(X)                                                                              \
+    X(OpenSSL_version_num)                                                                         \
+    X(OPENSSL_init_ssl)                                                                            \
+    X(TLS_server_method)                                                                           \
+    X(TLS_client_method)                                                                           \
+    X(SSL_CTX_new)                                                                                 \
+    X(SSL_CTX_free)                                                                                \
+    X(SSL_CTX_ctrl)                                                                                \
+    X(SSL_CTX_set_options)                                                                         \
+    X(SSL_CTX_set_cipher_list)                                                                     \
+    X(SSL_CTX_set_ciphersuites)                                                                    \
+    X(SSL_CTX_use_certificate_chain_file)                                                          \
+    X(SSL_CTX_use_PrivateKey)                                                                      \
+    X(SSL_CTX_check_private_key)                                                                   \
+    X(SSL_CTX_load_verify_locations)                                                               \
+    X(SSL_CTX_set_default_verify_paths)                                                            \
+    X(SSL_CTX_set_verify)                                                                          \
+    X(SSL_CTX_set_verify_depth)                                                                    \
+    X(SSL_CTX_get_cert_store)                                                                      \
+    X(SSL_load_client_CA_file)                                                                     \
+    X(SSL_CTX_set_client_CA_list)                                                                  \
+    X(SSL_CTX_set_session_id_context)                                                              \
+    X(SSL_new)                                                                                     \
+    X(SSL_free)                                                                                    \
+    X(SSL_set_accept_state)                                                                        \
+    X(SSL_set_connect_state)                                                                       \
+    X(SSL_do_handshake)                                                                            \
+    X(SSL_read_ex)                                                                                 \
+    X(SSL_write_ex)                                                                                \
+    X(SSL_get_error)                                                                               \
+    X(SSL_shutdown)                                                                                \
+    X(SSL_ctrl)                                                                                    \
+    X(SSL_set1_host)                                                                               \
+    X(SSL_set_hostflags)                                                                           \
+    X(SSL_get0_param)                                                                              \
+    X(SSL_set_session)                                                                             \
+    X(SSL_get1_session)                                                                            \
+    X(SSL_session_reused)                                                                          \
+    X(SSL_SESSION_free)                                                                            \
+    X(SSL_SESSION_is_resumable)                                                                    \
+    X(SSL_get_verify_result)                                                                       \
+    X(SSL_get_version)                                                                             \
+    X(SSL_get_current_cipher)                                                                      \
+    X(SSL_CIPHER_get_name)                                                                         \
+    X(ERR_get_error)                                                                               \
+    X(ERR_peek_error)                                                                              \
+    X(ERR_clear_error)                                                                             \
+    X(ERR_reason_error_string)                                                                     \
+    X(BIO_new_file)                                                                                \
+    X(BIO_free)                                                                                    \
+    X(PEM_read_bio_PrivateKey)                                                                     \
+    X(PEM_read_bio_X509_CRL)                                                                       \
+    X(EVP_PKEY_free)                                                                               \
+    X(X509_CRL_free)                                                                               \
+    X(X509_STORE_add_crl)                                                                          \
+    X(X509_STORE_set_flags)                                                                        \
+    X(X509_VERIFY_PARAM_set1_ip_asc)                                                               \
+    X(X509_verify_cert_error_string)                                                               \
+    X(BIO_get_new_index)                                                                           \
+    X(BIO_meth_new)                                                                                \
+    X(BIO_meth_set_write_ex)                                                                       \
+    X(BIO_meth_set_read_ex)                                                                        \
+    X(BIO_meth_set_ctrl)                                                                           \
+    X(BIO_new)                                                                                     \
+    X(BIO_set_data)                                                                                \
+    X(BIO_get_data)                                                                                \
+    X(BIO_set_init)                                                                                \
+    X(BIO_set_flags)                                                                               \
+    X(BIO_clear_flags)                                                                             \
+    X(BIO_test_flags)                                                                              \
     X(SSL_set_bio)
 
 #define OSSL_PTR(name) __typeof__(&name) name;
@@ -108,7 +108,8 @@ static struct {
 } ossl;
 static const char *const ossl_symbols[] = {OSSL_FUNCS(OSSL_NAME)};
 static const char *const ossl_sonames[] = {"libssl.so.3", NULL};
-static struct dynlib ossl_lib = DYNLIB_INIT("libssl (OpenSSL 3)", ossl_sonames, ossl_symbols, &ossl);
+static struct dynlib ossl_lib =
+    DYNLIB_INIT("libssl (OpenSSL 3)", ossl_sonames, ossl_symbols, &ossl);
 
 #define F(name) (ossl.name)
 
@@ -357,10 +358,10 @@ static int set_common(SSL_CTX *ctx, const struct tls_config *cfg, char *err, siz
     F(SSL_CTX_set_options)(ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION);
     /* Partial writes: one record per SSL_write, so conn_writev can report progress;
      * moving buffer: a retried record may come from a compacted output buffer. */
-    F(SSL_CTX_ctrl)(ctx, SSL_CTRL_MODE,
-                    SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
-                        SSL_MODE_RELEASE_BUFFERS,
-                    NULL);
+    F(SSL_CTX_ctrl)
+    (ctx, SSL_CTRL_MODE,
+     SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS,
+     NULL);
     /* Read whole socket buffers, not a record header then its body (two syscalls);
      * conn_read drains what OpenSSL buffered, so edge-triggered epoll loses nothing. */
     F(SSL_CTX_ctrl)(ctx, SSL_CTRL_SET_READ_AHEAD, 1, NULL);
@@ -455,8 +456,7 @@ static struct tls_ctx *ctx_new(const struct tls_config *cfg, bool server, char *
                 if (names)
                     F(SSL_CTX_set_client_CA_list)(ssl, names);
                 F(ERR_clear_error)();
-                F(SSL_CTX_set_verify)(ssl, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT,
-                                      NULL);
+                F(SSL_CTX_set_verify)(ssl, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, NULL);
                 F(SSL_CTX_set_verify_depth)(ssl, 8);
                 ctx->verify_peer = true;
             }
@@ -476,8 +476,9 @@ static struct tls_ctx *ctx_new(const struct tls_config *cfg, bool server, char *
             F(SSL_CTX_set_verify_depth)(ssl, 8);
         }
         /* Sessions are kept by the caller (httpc's pools), not in the context. */
-        F(SSL_CTX_ctrl)(ssl, SSL_CTRL_SET_SESS_CACHE_MODE,
-                        SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE, NULL);
+        F(SSL_CTX_ctrl)
+        (ssl, SSL_CTRL_SET_SESS_CACHE_MODE,
+         SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE, NULL);
     }
     if (rc == 0 && has_crl && !(!server && cfg->insecure))
         rc = load_crl(ssl, cfg->crl_file, err, cap);
@@ -525,13 +526,13 @@ struct conn_tls {
     SSL *ssl;
     struct tls_ctx *ctx;
     bool handshaken;
-    bool fatal;         /* SSL_shutdown must not follow a fatal error */
-    bool shut;          /* close_notify sent (or given up) */
-    bool ended;         /* the read side reached its end: `end` is returned from now on */
-    ssize_t end;        /* 0 (close_notify) or -errno */
-    int hs_error;       /* a failed handshake's result, returned again */
-    size_t wpend;       /* bytes of the record OpenSSL holds for a retried SSL_write */
-    char *stage;        /* TLS_RECORD bytes: small pieces gathered into one record */
+    bool fatal;   /* SSL_shutdown must not follow a fatal error */
+    bool shut;    /* close_notify sent (or given up) */
+    bool ended;   /* the read side reached its end: `end` is returned from now on */
+    ssize_t end;  /* 0 (close_notify) or -errno */
+    int hs_error; /* a failed handshake's result, returned again */
+    size_t wpend; /* bytes of the record OpenSSL holds for a retried SSL_write */
+    char *stage;  /* TLS_RECORD bytes: small pieces gathered into one record */
     char err[192];
 };
 

@@ -46,8 +46,8 @@ static void poll_events(struct conn *c)
 
 static struct tls_ctx *server_ctx(const char *ca)
 {
-    struct tls_config tc = {.cert_file = tlsfix("srv.crt"), .key_file = tlsfix("srv.key"),
-                            .ca_file = ca};
+    struct tls_config tc = {
+        .cert_file = tlsfix("srv.crt"), .key_file = tlsfix("srv.key"), .ca_file = ca};
     char err[256];
     struct tls_ctx *ctx = tls_ctx_new_server(&tc, err, sizeof(err));
     if (!ctx)
@@ -193,8 +193,8 @@ static void test_tls_write_retry_moved_buffer(void **state)
                 memcpy(copy + sent, data + sent, total - sent);
             size_t left = total - sent;
             size_t a = MOTOR_MIN(left, (size_t)37), b = MOTOR_MIN(left - a, (size_t)5000);
-            struct iovec iov[3] = {{(void *)base, a}, {(void *)(base + a), b},
-                                   {(void *)(base + a + b), left - a - b}};
+            struct iovec iov[3] = {
+                {(void *)base, a}, {(void *)(base + a), b}, {(void *)(base + a + b), left - a - b}};
             ssize_t w = conn_writev(&cli, iov, 3);
             if (w == -EAGAIN || (w > 0 && (size_t)w < left)) /* a record is pending */
                 blocked++;
@@ -245,8 +245,8 @@ static void test_tls_end_of_stream(void **state)
     tls_pair(&srv, &cli);
     poll_events(&cli);
     assert_int_equal(conn_read(&cli, buf, sizeof(buf)), -EAGAIN); /* take the session
-                                                                 * tickets: closing with
-                                                                 * unread bytes resets */
+                                                                   * tickets: closing with
+                                                                   * unread bytes resets */
     assert_int_equal(conn_write(&cli, "partial", 7), 7);
     conn_close(&cli); /* no close_notify */
     poll_events(&srv);

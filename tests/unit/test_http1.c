@@ -245,7 +245,8 @@ static int decode(const char *s, size_t piece, unsigned flags, char *out, size_t
 
 static void test_chunked_views(void **state)
 {
-    const char *enc = "5\r\nhello\r\n6;name=value\r\n world\r\nA\r\n0123456789\r\n0\r\nX-T: 1\r\n\r\n";
+    const char *enc =
+        "5\r\nhello\r\n6;name=value\r\n world\r\nA\r\n0123456789\r\n0\r\nX-T: 1\r\n\r\n";
     char out[64];
     size_t n;
     for (unsigned flags = 0; flags <= HTTP1_CHUNKED_STRICT; flags++) {
@@ -281,7 +282,8 @@ static void test_chunked_views(void **state)
 
 static void test_chunked_in_place(void **state)
 {
-    const char *in = "4\r\nWiki\r\n5;x=y\r\npedia\r\nE\r\n in\r\n\r\nchunks.\r\n0\r\nT: v\r\n\r\nNEXT";
+    const char *in =
+        "4\r\nWiki\r\n5;x=y\r\npedia\r\nE\r\n in\r\n\r\nchunks.\r\n0\r\nT: v\r\n\r\nNEXT";
     size_t len = strlen(in);
     /* every split point gives the same result */
     for (size_t cut = 0; cut <= len; cut++) {
@@ -332,13 +334,13 @@ static void test_chunked_strict(void **state)
         const char *body;
         bool tolerant_ok;
     } cases[] = {
-        {"5\nhello\r\n0\r\n\r\n", true},                   /* size line ended by LF */
-        {"5;a=b\nhello\r\n0\r\n\r\n", true},               /* extension ended by LF */
-        {"5\r\nhello\n0\r\n\r\n", true},                   /* data ended by LF */
-        {"5\r\nhello\r\n0\n\r\n", true},                   /* last-chunk line ended by LF */
-        {"5\r\nhello\r\n0\r\n\n", true},                   /* final blank line is LF */
-        {"5\r\nhello\r\n0\r\nT: v\n\r\n", true},           /* trailer line ended by LF */
-        {"5\r\nhello\r\n0\r\nT: v\rx\r\n\r\n", true},      /* bare CR inside a trailer */
+        {"5\nhello\r\n0\r\n\r\n", true},                       /* size line ended by LF */
+        {"5;a=b\nhello\r\n0\r\n\r\n", true},                   /* extension ended by LF */
+        {"5\r\nhello\n0\r\n\r\n", true},                       /* data ended by LF */
+        {"5\r\nhello\r\n0\n\r\n", true},                       /* last-chunk line ended by LF */
+        {"5\r\nhello\r\n0\r\n\n", true},                       /* final blank line is LF */
+        {"5\r\nhello\r\n0\r\nT: v\n\r\n", true},               /* trailer line ended by LF */
+        {"5\r\nhello\r\n0\r\nT: v\rx\r\n\r\n", true},          /* bare CR inside a trailer */
         {"00000000000000000005\r\nhello\r\n0\r\n\r\n", false}, /* 20 digits */
     };
     for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
@@ -408,9 +410,19 @@ static void test_url_parse(void **state)
     assert_int_equal(http1_url_parse("https://h/", &u, &why), 0);
     assert_true(u.https);
     assert_int_equal(u.port, 443);
-    const char *bad[] = {"", "h:80/x", "http://", "http://:80/", "http://h:0/", "http://h:65536/",
-                         "http://h:8x/", "http://u@h/", "http://h/a b", "http://h/\r\nX: y",
-                         "http://[::1/", "http://h!/", "http://[]/"};
+    const char *bad[] = {"",
+                         "h:80/x",
+                         "http://",
+                         "http://:80/",
+                         "http://h:0/",
+                         "http://h:65536/",
+                         "http://h:8x/",
+                         "http://u@h/",
+                         "http://h/a b",
+                         "http://h/\r\nX: y",
+                         "http://[::1/",
+                         "http://h!/",
+                         "http://[]/"};
     for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
         assert_int_equal(http1_url_parse(bad[i], &u, &why), -EINVAL);
         assert_true(strlen(why) > 0);
@@ -435,7 +447,8 @@ static void test_character_classes(void **state)
             fail_msg("method byte 0x%02x: %d", ch, rc);
         /* field value (§5.5): HTAB, SP, VCHAR, obs-text */
         bool vchar = ch == '\t' || ch == ' ' || (ch >= 0x21 && ch != 0x7f);
-        n = snprintf(req, sizeof(req), "GET / HTTP/1.1\r\nHost: x\r\nA: a%cb\r\n\r\n", ch ? ch : '?');
+        n = snprintf(req, sizeof(req), "GET / HTTP/1.1\r\nHost: x\r\nA: a%cb\r\n\r\n",
+                     ch ? ch : '?');
         if (ch == 0)
             req[strlen("GET / HTTP/1.1\r\nHost: x\r\nA: a")] = '\0';
         rc = http1_parse_request(req, (size_t)n, &hd);

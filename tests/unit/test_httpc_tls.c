@@ -39,10 +39,10 @@ extern char **environ;
 /* ---- a scripted TLS server: one connection at a time, in a thread -------------------- */
 
 enum mode {
-    M_OK,            /* 200 with a length, keep-alive */
-    M_CLOSE,         /* 200 with a length and Connection: close */
-    M_UNTIL_CLOSE,   /* a body that runs to the close, then close_notify */
-    M_NO_NOTIFY,     /* a body that runs to the close, then a bare TCP close */
+    M_OK,          /* 200 with a length, keep-alive */
+    M_CLOSE,       /* 200 with a length and Connection: close */
+    M_UNTIL_CLOSE, /* a body that runs to the close, then close_notify */
+    M_NO_NOTIFY,   /* a body that runs to the close, then a bare TCP close */
 };
 
 #define SSRV_CONNS 64
@@ -52,7 +52,7 @@ struct ssrv {
     pthread_t thr;
     pthread_t cthr[SSRV_CONNS];
     int cfd[SSRV_CONNS];
-    int nconn; /* accept thread only, read after it is joined */
+    int nconn;    /* accept thread only, read after it is joined */
     SSL_CTX *ctx; /* NULL: plain HTTP (a server that does not speak TLS) */
     enum mode mode;
     atomic_bool stop;
@@ -246,8 +246,8 @@ static char *url_for(const char *host, int port)
     return xasprintf("https://%s:%d/x", host, port);
 }
 
-static void expect_fail(struct fx *f, struct ssrv *s, const char *host,
-                        const struct httpc_tls *t, int err, const char *why)
+static void expect_fail(struct fx *f, struct ssrv *s, const char *host, const struct httpc_tls *t,
+                        int err, const char *why)
 {
     char *u = url_for(host, s->port);
     struct res x = get(f, u, t, 0);
@@ -302,14 +302,17 @@ static void test_client_certificate(void **state)
 {
     struct fx *f = *state;
     struct ssrv *s = ssrv_start("srv.crt", "srv.key", tlsfix("ca.crt"), M_OK);
-    struct httpc_tls with = {.ca_file = tlsfix("ca.crt"), .cert_file = tlsfix("cli.crt"),
-                             .key_file = tlsfix("cli.key")};
-    struct httpc_tls enc = {.ca_file = tlsfix("ca.crt"), .cert_file = tlsfix("cli.crt"),
-                            .key_file = tlsfix("cli-enc.key"), .key_password = "hunter2"};
+    struct httpc_tls with = {
+        .ca_file = tlsfix("ca.crt"), .cert_file = tlsfix("cli.crt"), .key_file = tlsfix("cli.key")};
+    struct httpc_tls enc = {.ca_file = tlsfix("ca.crt"),
+                            .cert_file = tlsfix("cli.crt"),
+                            .key_file = tlsfix("cli-enc.key"),
+                            .key_password = "hunter2"};
     struct httpc_tls badpw = enc;
     badpw.key_password = "hunter3";
     struct httpc_tls without = {.ca_file = tlsfix("ca.crt")};
-    struct httpc_tls foreign = {.ca_file = tlsfix("ca.crt"), .cert_file = tlsfix("other-cli.crt"),
+    struct httpc_tls foreign = {.ca_file = tlsfix("ca.crt"),
+                                .cert_file = tlsfix("other-cli.crt"),
                                 .key_file = tlsfix("other-cli.key")};
     expect_ok(f, s, "127.0.0.1", &with);
     expect_ok(f, s, "127.0.0.1", &enc);
@@ -471,9 +474,13 @@ static pid_t start_s_server(int *port)
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
     posix_spawn_file_actions_adddup2(&fa, pfd[1], 1);
     posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-    char *argv[] = {"openssl", "s_server", "-accept", "127.0.0.1:0", "-cert", (char *)tlsfix("srv.crt"),
-                    "-key", (char *)tlsfix("srv.key"), "-Verify", "1", "-CAfile",
-                    (char *)tlsfix("ca.crt"), "-www", NULL};
+    char *argv[] = {"openssl", "s_server",
+                    "-accept", "127.0.0.1:0",
+                    "-cert",   (char *)tlsfix("srv.crt"),
+                    "-key",    (char *)tlsfix("srv.key"),
+                    "-Verify", "1",
+                    "-CAfile", (char *)tlsfix("ca.crt"),
+                    "-www",    NULL};
     pid_t pid;
     assert_int_equal(posix_spawnp(&pid, "openssl", &fa, NULL, argv, environ), 0);
     posix_spawn_file_actions_destroy(&fa);
@@ -508,11 +515,11 @@ static void test_openssl_s_server(void **state)
     pid_t pid = start_s_server(&port);
     assert_true(port > 0);
     char *u = xasprintf("https://127.0.0.1:%d/", port);
-    struct httpc_tls ok = {.ca_file = tlsfix("ca.crt"), .cert_file = tlsfix("cli.crt"),
-                           .key_file = tlsfix("cli.key")};
+    struct httpc_tls ok = {
+        .ca_file = tlsfix("ca.crt"), .cert_file = tlsfix("cli.crt"), .key_file = tlsfix("cli.key")};
     struct httpc_tls no_client_cert = {.ca_file = tlsfix("ca.crt")};
-    struct httpc_tls insecure = {.cert_file = tlsfix("cli.crt"), .key_file = tlsfix("cli.key"),
-                                 .insecure = true};
+    struct httpc_tls insecure = {
+        .cert_file = tlsfix("cli.crt"), .key_file = tlsfix("cli.key"), .insecure = true};
     struct httpc_tls no_ca = {.cert_file = tlsfix("cli.crt"), .key_file = tlsfix("cli.key")};
     const struct httpc_tls *cases[] = {&ok, &no_client_cert, &insecure, &no_ca, NULL};
     const bool want_ok[] = {true, false, true, false, false};
@@ -546,7 +553,7 @@ static int group_teardown(void **state)
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN); /* the scripted server's OpenSSL writes with write(2) */
-    if (getenv("TEST_ONLY")) /* a glob, for working on one case */
+    if (getenv("TEST_ONLY"))  /* a glob, for working on one case */
         cmocka_set_test_filter(getenv("TEST_ONLY"));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_server_verification, fx_setup, fx_teardown),

@@ -162,8 +162,8 @@ static SSL *tls_connect(struct srv *s, SSL_CTX *ctx, int *fd_out)
 
 /* Send req and read the answer up to `until` or the end. Returns what arrived; *end
  * says whether the connection ended and *clean whether with close_notify. */
-static void exchange(struct srv *s, SSL *ssl, const char *req, const char *until,
-                     struct strbuf *in, bool *end, bool *clean)
+static void exchange(struct srv *s, SSL *ssl, const char *req, const char *until, struct strbuf *in,
+                     bool *end, bool *clean)
 {
     size_t n = strlen(req);
     int64_t deadline = util_mono_ms() + DEADLINE_MS;
@@ -251,8 +251,8 @@ static size_t client_hello(char *out, size_t cap)
 static void test_mutual_tls_and_crl(void **state)
 {
     struct srv s;
-    struct httpd_config cfg = {.tls_ca_file = tlsfix("ca.crt"), .tls_crl_file = tlsfix("crl.pem"),
-                               .max_connections = 1};
+    struct httpd_config cfg = {
+        .tls_ca_file = tlsfix("ca.crt"), .tls_crl_file = tlsfix("crl.pem"), .max_connections = 1};
     srv_start(&s, &cfg);
     wait_log(&s, "http_listening", "\"mutual_tls\":true");
     static const struct {
@@ -285,7 +285,8 @@ static void test_mutual_tls_and_crl(void **state)
 static void test_encrypted_key(void **state)
 {
     struct srv s;
-    struct httpd_config cfg = {.tls_cert_file = tlsfix("srv.crt"), .tls_key_file = tlsfix("srv-enc.key"),
+    struct httpd_config cfg = {.tls_cert_file = tlsfix("srv.crt"),
+                               .tls_key_file = tlsfix("srv-enc.key"),
                                .tls_key_password = "hunter2"};
     srv_start(&s, &cfg);
     SSL_CTX *ctx = tlsfix_client_ctx(tlsfix("ca.crt"), NULL, NULL);
@@ -314,18 +315,19 @@ static void test_bad_material(void **state)
     } cases[] = {
         {"/nonexistent/motor.crt", "srv.key", NULL, NULL, NULL, NULL, ENOENT},
         {"srv.crt", "/nonexistent/motor.key", NULL, NULL, NULL, NULL, ENOENT},
-        {"srv.crt", NULL, NULL, NULL, NULL, NULL, EINVAL},         /* half */
-        {"srv.crt", "srv.crt", NULL, NULL, NULL, NULL, EINVAL},    /* a certificate as key */
-        {"srv.crt", "cli.key", NULL, NULL, NULL, NULL, EINVAL},    /* another key */
+        {"srv.crt", NULL, NULL, NULL, NULL, NULL, EINVAL},      /* half */
+        {"srv.crt", "srv.crt", NULL, NULL, NULL, NULL, EINVAL}, /* a certificate as key */
+        {"srv.crt", "cli.key", NULL, NULL, NULL, NULL, EINVAL}, /* another key */
         {"srv.crt", "srv.key", "/nonexistent/ca.crt", NULL, NULL, NULL, ENOENT},
-        {"srv.crt", "srv.key", NULL, "crl.pem", NULL, NULL, EINVAL}, /* CRL without a CA */
+        {"srv.crt", "srv.key", NULL, "crl.pem", NULL, NULL, EINVAL},    /* CRL without a CA */
         {"srv.crt", "srv.key", "ca.crt", "ca.crt", NULL, NULL, EINVAL}, /* not a CRL */
         {"srv.crt", "srv.key", NULL, NULL, "TLSv1.1", NULL, EINVAL},
         {"srv.crt", "srv.key", NULL, NULL, NULL, "NO-SUCH-CIPHER", EINVAL},
     };
     for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
         char c1[128], c2[128], c3[128], c4[128];
-#define FIX(buf, name) ((name) && (name)[0] != '/' ? (snprintf(buf, sizeof(buf), "%s", tlsfix(name)), buf) : (name))
+#define FIX(buf, name)                                                                             \
+    ((name) && (name)[0] != '/' ? (snprintf(buf, sizeof(buf), "%s", tlsfix(name)), buf) : (name))
         struct httpd_config cfg = {.name = "t-bad",
                                    .tls_cert_file = FIX(c1, cases[i].cert),
                                    .tls_key_file = FIX(c2, cases[i].key),
@@ -440,7 +442,8 @@ static void test_session_resumption(void **state)
 static void test_min_version(void **state)
 {
     struct srv s;
-    struct httpd_config cfg = {.tls_cert_file = tlsfix("srv.crt"), .tls_key_file = tlsfix("srv.key"),
+    struct httpd_config cfg = {.tls_cert_file = tlsfix("srv.crt"),
+                               .tls_key_file = tlsfix("srv.key"),
                                .tls_min_version = "TLSv1.3"};
     srv_start(&s, &cfg);
     SSL_CTX *old = tlsfix_client_ctx(tlsfix("ca.crt"), NULL, NULL);
