@@ -400,7 +400,7 @@ static bool retryable(const struct httpc_req *q)
  * try once more on a fresh one. */
 static void retry(struct httpc_req *q)
 {
-    cc_close(q->conn, false);
+    cc_close(q->conn, true); /* close_notify unless TLS saw a fatal error: the session stays valid */
     q->retried = true;
     q->out_off = 0;
     start_connection(q);
