@@ -86,6 +86,11 @@ static const char *plain_error(const struct conn *c)
     return "";
 }
 
+static bool plain_pending(const struct conn *c)
+{
+    return false;
+}
+
 static const struct conn_ops plain_ops = {
     .name = "tcp",
     .read = plain_read,
@@ -95,6 +100,7 @@ static const struct conn_ops plain_ops = {
     .shutdown = plain_shutdown,
     .release = plain_release,
     .error = plain_error,
+    .pending = plain_pending,
 };
 
 void conn_init_plain(struct conn *c, int fd)
@@ -173,7 +179,9 @@ static bool can(const struct conn *c, uint8_t wants, bool dflt)
 
 bool conn_read_ready(const struct conn *c)
 {
-    return can(c, c->rd_wants, c->sock_rd);
+    /* SSL_has_pending: a read that stopped (the caller's buffer full, or a write that
+     * wanted input meanwhile) may have left records inside OpenSSL no event announces */
+    return can(c, c->rd_wants, c->sock_rd) || c->ops->pending(c);
 }
 
 bool conn_write_ready(const struct conn *c)

@@ -37,6 +37,9 @@ struct conn_ops {
     void (*shutdown)(struct conn *c);
     void (*release)(struct conn *c);
     const char *(*error)(const struct conn *c);
+    /* Bytes already inside the transport (TLS: records OpenSSL read ahead or decrypted
+     * and not yet handed out), readable whatever the socket says. */
+    bool (*pending)(const struct conn *c);
 };
 
 /* Caller storage (embedded in httpd's and httpc's connection objects). Fields are

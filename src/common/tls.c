@@ -58,6 +58,7 @@
     X(SSL_write_ex)                                                                                \
     X(SSL_get_error)                                                                               \
     X(SSL_shutdown)                                                                                \
+    X(SSL_has_pending)                                                                             \
     X(SSL_ctrl)                                                                                    \
     X(SSL_set1_host)                                                                               \
     X(SSL_set_hostflags)                                                                           \
@@ -590,8 +591,8 @@ static ssize_t tls_read(struct conn *c, void *buf, size_t cap)
             c->rd_wants = 0;
             continue;
         }
+        int se = errno; /* the socket's, for SSL_ERROR_SYSCALL */
         int e = F(SSL_get_error)(t->ssl, 0);
-        int se = errno;
         if (e == SSL_ERROR_WANT_READ) {
             c->sock_rd = false;
             c->rd_wants = CONN_WANT_READ;
@@ -677,8 +678,8 @@ static ssize_t tls_writev(struct conn *c, const struct iovec *iov, int iovcnt)
             }
             continue;
         }
-        int e = F(SSL_get_error)(t->ssl, 0);
         int se = errno;
+        int e = F(SSL_get_error)(t->ssl, 0);
         if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) {
             t->wpend = want;
             if (e == SSL_ERROR_WANT_WRITE) {
@@ -720,8 +721,8 @@ static int tls_handshake(struct conn *c)
         c->hs_wants = 0;
         return 0;
     }
-    int e = F(SSL_get_error)(t->ssl, r);
     int se = errno;
+    int e = F(SSL_get_error)(t->ssl, r);
     if (e == SSL_ERROR_WANT_READ) {
         c->sock_rd = false;
         c->hs_wants = CONN_WANT_READ;
@@ -779,6 +780,11 @@ static const char *tls_error(const struct conn *c)
     return c->tls ? c->tls->err : "";
 }
 
+static bool tls_pending(const struct conn *c)
+{
+    return c->tls && !c->tls->ended && c->tls->handshaken && F(SSL_has_pending)(c->tls->ssl) == 1;
+}
+
 static const struct conn_ops tls_ops = {
     .name = "tls",
     .read = tls_read,
@@ -788,6 +794,7 @@ static const struct conn_ops tls_ops = {
     .shutdown = tls_shutdown,
     .release = tls_release,
     .error = tls_error,
+    .pending = tls_pending,
 };
 
 static int init_tls(struct conn *c, int fd, struct tls_ctx *ctx)
