@@ -19,7 +19,12 @@ same kind of fake Controller over a kept-alive connection. Same kill pacing; few
 Upstream's own design (a 5 s polling monitor, §2.4: 0-5 s, p50 2.5 s before a report is
 even built) is named in the notes, not measured.
 
+With --tls the node manager's management API and its client towards the fake Controller
+speak TLS (mgmt_tls_config: mutual TLS, certificates from tests/fixtures/mkcerts.sh): the
+same run then measures the RSS with libssl loaded and in use both ways.
+
 usage: bench/nm_death_latency.py [--json PATH] [--motor-kills N] [--peer-kills N] [--engines 16]
+                                 [--tls]
 (motor-bench-plugin: 1; without --json prints a table). Use a release build (default
 build/motor; ASan inflates RSS several times). Standard library only; 127.0.0.1 only.
 """
@@ -29,6 +34,8 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import ssl
+import subprocess
 import sys
 import tempfile
 import shutil
@@ -70,20 +77,65 @@ def rss_kib(pid: int) -> dict:
     return out
 
 
-def motor_run(motor: str, kills: int, n: int) -> dict:
+class TlsNM:
+    """The node manager's API over mutual TLS (the helpers of fake_controller.NM)."""
+
+    def __init__(self, nm, ctx):
+        self.nm, self.ctx = nm, ctx
+        self.nm.url = f"https://127.0.0.1:{nm.port}"
+
+    def __getattr__(self, name):
+        return getattr(self.nm, name)
+
+    def get(self, path, **kw):
+        return motorlib.get(self.nm.url + path, context=self.ctx, **kw)
+
+    def post(self, path, body=None, **kw):
+        return motorlib.post(self.nm.url + path, body, context=self.ctx, **kw)
+
+    def engines(self):
+        r = self.get("/node-manager/engines")
+        assert r.status == 200, r
+        return r.json()
+
+    def wait_ready(self, timeout=20.0):
+        def ready():
+            eps = self.engines()["endpoints"]
+            return eps if eps and all(x["status"] == "normal" for x in eps) else None
+        return motorlib.wait_for(ready, timeout, interval=0.05, what="endpoints normal")
+
+
+def motor_run(motor: str, kills: int, n: int, tls: bool = False) -> dict:
     os.environ["MOTOR_BIN"] = motor
     tmp = tempfile.mkdtemp(prefix="motor-bench-nmdeath-")
     procs = motorlib.ProcRegistry(tmp)
-    ctl = FakeController()
+    nm_extra: dict = {}
+    ctl_ctx = cli_ctx = None
+    if tls:
+        pki = os.path.join(tmp, "pki")
+        subprocess.run([str(REPO / "tests" / "fixtures" / "mkcerts.sh"), pki], check=True,
+                       timeout=60)
+        f = lambda name: os.path.join(pki, name)  # noqa: E731
+        nm_extra = {"mgmt_tls_config": {"enable_tls": True, "cert_file": f("srv.crt"),
+                                        "key_file": f("srv.key"), "ca_file": f("ca.crt")}}
+        ctl_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctl_ctx.load_cert_chain(f("srv.crt"), f("srv.key"))
+        ctl_ctx.load_verify_locations(f("ca.crt"))
+        ctl_ctx.verify_mode = ssl.CERT_REQUIRED
+        cli_ctx = ssl.create_default_context(cafile=f("ca.crt"))
+        cli_ctx.load_cert_chain(f("cli.crt"), f("cli.key"))
+    ctl = FakeController(tls=ctl_ctx)
     lat: list[float] = []
     rss: dict = {}
     try:
         cfg = nm_config(controller_port=ctl.port, endpoints=n,
                         engine_config={"data_parallel_size": n, "load_seconds": 0},
                         basic={"heartbeat_interval_seconds": 1.0},
-                        ft={"engine_restart_wait_timeout_sec": 600})
+                        ft={"engine_restart_wait_timeout_sec": 600}, nm=nm_extra)
         path = write_json(os.path.join(tmp, "c.json"), cfg)
         nm = start_nm(procs, path)
+        if tls:
+            nm = TlsNM(nm, cli_ctx)
         ctl.wait_request("/controller/register", timeout=10)
         r = nm.post("/node-manager/start", start_body(cfg, instance_id=1), timeout=30)
         if r.status != 200:
@@ -177,6 +229,8 @@ def main() -> int:
                     help="supervisord kills per repetition (default 30, 16 quick)")
     ap.add_argument("--engines", type=int, default=16)
     ap.add_argument("--motor", default=None)
+    ap.add_argument("--tls", action="store_true",
+                    help="management API and Controller client over (mutual) TLS")
     a = plugin.args(ap)
     kills = a.motor_kills or a.kills
     peer_kills = a.peer_kills or C.env_int("BENCH_NM_PEER_KILLS", 16 if a.quick else 30)
@@ -190,7 +244,7 @@ def main() -> int:
             if who == "motor":
                 C.log(f"death→controller rep {rep + 1}/{a.reps}: motor, {kills} kills, "
                       f"{n} engines")
-                r = motor_run(a.motor, kills, n)
+                r = motor_run(a.motor, kills, n, a.tls)
                 motor_reps.append(r)
             elif peer_ok is None:
                 C.log(f"death→controller rep {rep + 1}/{a.reps}: supervisord, {peer_kills} "

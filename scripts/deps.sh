@@ -3,9 +3,11 @@
 # Usage: scripts/deps.sh [extra-package ...]
 set -euo pipefail
 
+# libssl-dev: OpenSSL 3, the TLS transport (loaded at run time, libssl3 comes with it).
+# curl, openssl, nginx: independent TLS/HTTP peers in the tests (the CLIs, not libraries).
 packages=(build-essential pkg-config cmake ninja-build
-  libmicrohttpd-dev libcurl4-openssl-dev libjansson-dev libcmocka-dev libsqlite3-dev
-  libgnutls28-dev curl python3 python3-pytest clang libclang-rt-14-dev
+  libssl-dev libjansson-dev libcmocka-dev libsqlite3-dev
+  curl openssl nginx python3 python3-pytest clang libclang-rt-14-dev
   procps iproute2 etcd-server etcd-client python3-yaml "$@")
 
 # The OpenAI client test runs the `openai` npm package: Node.js from Debian only when the

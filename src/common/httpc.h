@@ -1,10 +1,12 @@
 /* httpc — an asynchronous HTTP client driven by a reactor.
  *
- * Many requests run concurrently on one thread. http:// URLs use a native HTTP/1.1
- * implementation (httpc_native.c); https:// URLs use libcurl, loaded with dlopen on the
- * first https request (httpc_curl.c), so a process without TLS upstreams never maps it.
- * Connections are kept alive and reused per host. Each request has its own timeout.
- * Responses are accumulated up to a cap, or streamed to a chunk callback (SSE).
+ * Many requests run concurrently on one thread, over one HTTP/1.1 implementation
+ * (httpc.c, on the syntax of http1.h): http:// over TCP, https:// over TLS (conn.h,
+ * tls.h; libssl is loaded on the first https request, so a process without TLS
+ * upstreams never maps it). Connections are kept alive and reused per host (and, for
+ * https, per TLS settings, resuming TLS sessions on new connections). Each request has
+ * its own timeout. Responses are accumulated up to a cap, or streamed to a chunk
+ * callback (SSE).
  *
  * Callbacks run on the reactor thread. For every request started, `done` is called
  * exactly once — unless the request was cancelled with httpc_cancel() first, or the
@@ -28,7 +30,9 @@ struct httpc_req;
 struct httpc_response {
     int error;              /* 0, or -errno: -ETIMEDOUT, -ECONNREFUSED, -ECANCELED (a chunk
                                callback asked to stop), -E2BIG (over max_response),
-                               -EPROTO / -EIO (other transport failures) */
+                               -EPROTO (a malformed response; a TLS handshake or record
+                               failure: verification, version, alert), -EIO (other
+                               transport failures, TLS unusable or not installed) */
     const char *error_text; /* human text for error != 0, else "" */
     long status;            /* HTTP status, 0 when no response arrived */
     const char *body;       /* NUL-terminated accumulated body ("" when streamed) */
@@ -45,12 +49,21 @@ typedef int (*httpc_status_cb)(long status, const char *content_type, void *arg)
  * abort (done then gets -ECANCELED). */
 typedef int (*httpc_chunk_cb)(const char *data, size_t len, void *arg);
 
+/* https:// settings. The server's certificate chain is verified against ca_file, or
+ * the system's trusted certificates (OpenSSL's default paths, /etc/ssl/certs on Debian)
+ * when ca_file is NULL, and its name against the URL's host (the DNS name, or the IP
+ * address for an IP literal). The files are read on the first request with these
+ * settings and kept for the client's lifetime. */
 struct httpc_tls {
-    const char *ca_file;   /* verify the server against this CA (PEM) */
+    const char *ca_file;   /* verify the server against this CA (PEM); NULL = system store */
     const char *cert_file; /* client certificate (PEM), optional */
-    const char *key_file;
+    const char *key_file;  /* its key (NULL = in cert_file) */
     const char *key_password;
-    bool insecure;         /* skip verification (tests only) */
+    const char *crl_file;     /* PEM CRL(s): a revoked server certificate fails, optional */
+    const char *min_version;  /* "TLSv1.2" (default) or "TLSv1.3" */
+    const char *ciphers;      /* TLS 1.2 cipher list, NULL = the default of tls.h */
+    const char *ciphersuites; /* TLS 1.3 suites, NULL = OpenSSL's */
+    bool insecure;            /* skip verification (tests only) */
 };
 
 struct httpc_opts {
@@ -63,7 +76,7 @@ struct httpc_opts {
                                   (no value) suppresses a default header; Content-Length and
                                   Transfer-Encoding are computed, never taken from here */
     int64_t timeout_ms;        /* whole request; 0 = 30 s */
-    int64_t connect_timeout_ms;/* 0 = min(timeout, 5 s) */
+    int64_t connect_timeout_ms;/* TCP connect + TLS handshake; 0 = min(timeout, 5 s) */
     size_t max_response;       /* accumulated body cap; 0 = 16 MiB */
     httpc_status_cb on_status; /* optional */
     httpc_chunk_cb on_chunk;   /* optional: when set, the body is streamed, not kept */

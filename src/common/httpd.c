@@ -1,16 +1,16 @@
-/* httpd — the transport-neutral core: routes, requests, answers, access log.
- *
- * Plain listeners use httpd_native.c (HTTP/1.1 driven directly by the reactor); TLS
- * listeners use httpd_mhd.c, which loads libmicrohttpd and GnuTLS on first use, so a
- * process without a TLS listener never maps them (they cost ~3 MiB RSS).
- * See httpd_core.h for how the pieces meet. */
+/* httpd — the core: routes, requests, answers, access log, TLS contexts. The
+ * connections (plain and TLS alike) are in httpd_native.c; see httpd_core.h for how the
+ * two meet. */
 #include "common/httpd.h"
 
+#include "common/http1.h"
 #include "common/httpd_core.h"
 #include "common/httpd_internal.h"
 #include "common/log.h"
 #include "common/strbuf.h"
+#include "common/tls.h"
 #include "common/util.h"
+#include "common/xalloc.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -161,23 +161,8 @@ struct httpd_req *httpd_req_new(struct httpd *h, void *conn, size_t nhdrs, size_
     strbuf_init(&req->rhdrs, HTTPD_RESP_HEADERS_MAX + HTTPD_RESP_CTYPE_SLACK);
     /* sbuf may hold consumed-but-not-compacted bytes in front of the pending ones. */
     strbuf_init(&req->sbuf, 2 * HTTPD_STREAM_MAX);
-    req->next = h->live;
-    if (h->live)
-        h->live->prev = req;
-    h->live = req;
+    list_insert_tail(&h->live, &req->link);
     return req;
-}
-
-static void req_unlink(struct httpd_req *req)
-{
-    struct httpd *h = req->h;
-    if (req->prev)
-        req->prev->next = req->next;
-    else if (h->live == req)
-        h->live = req->next;
-    if (req->next)
-        req->next->prev = req->prev;
-    req->prev = req->next = NULL;
 }
 
 static bool is_quiet(const struct httpd *h, const char *path)
@@ -207,7 +192,7 @@ void httpd_req_finish(struct httpd_req *req, bool ok)
         req->on_close = NULL; /* exactly once */
         cb(req, req->on_close_arg);
     }
-    req_unlink(req);
+    list_remove(&req->link);
     free(req->param_store);
     free(req->body);
     free(req->resp_body);
@@ -239,14 +224,14 @@ size_t httpd_req_parse_query(struct httpd_req *req, const char *qs, size_t len, 
         const char *eq = memchr(qs + s, '=', e - s);
         size_t kl = eq ? (size_t)(eq - (qs + s)) : e - s;
         char *k = req->arena + *arena_off;
-        int kn = httpd_url_decode(k, qs + s, kl, true);
+        int kn = http1_url_decode(k, qs + s, kl, true);
         if (kn < 0)
             continue; /* an argument with a NUL byte cannot be looked up: drop it */
         char *v = NULL;
         size_t used = (size_t)kn + 1;
         if (eq) {
             v = k + used;
-            int vn = httpd_url_decode(v, eq + 1, (size_t)(qs + e - eq - 1), true);
+            int vn = http1_url_decode(v, eq + 1, (size_t)(qs + e - eq - 1), true);
             if (vn < 0)
                 continue;
             used += (size_t)vn + 1;
@@ -445,6 +430,7 @@ static void free_config(struct httpd *h)
     for (char **q = h->quiet_paths; q && *q; q++)
         free(*q);
     free(h->quiet_paths);
+    tls_ctx_unref(h->tls);
     free(h->name);
     free(h->api_key_header);
     if (h->api_key)
@@ -453,10 +439,41 @@ static void free_config(struct httpd *h)
     free(h);
 }
 
+static struct tls_ctx *server_tls(const struct httpd *h, const struct httpd_config *cfg)
+{
+    struct tls_config tc = {
+        .cert_file = cfg->tls_cert_file,
+        .key_file = cfg->tls_key_file,
+        .key_password = cfg->tls_key_password,
+        .ca_file = cfg->tls_ca_file,
+        .crl_file = cfg->tls_crl_file,
+        .min_version = cfg->tls_min_version,
+        .ciphers = cfg->tls_ciphers,
+        .ciphersuites = cfg->tls_ciphersuites,
+    };
+    char err[256];
+    struct tls_ctx *ctx = tls_ctx_new_server(&tc, err, sizeof(err));
+    if (!ctx) {
+        int e = errno;
+        log_error("httpd_tls_failed", LF_STR("server", h->name), LF_STR("error", err));
+        errno = e;
+    }
+    return ctx;
+}
+
+static bool has_tls(const struct httpd_config *cfg, bool *half)
+{
+    bool has_cert = cfg->tls_cert_file && *cfg->tls_cert_file;
+    bool has_key = cfg->tls_key_file && *cfg->tls_key_file;
+    *half = has_cert != has_key;
+    return has_cert && has_key;
+}
+
 struct httpd *httpd_new(struct reactor *r, const struct httpd_config *cfg)
 {
     struct httpd *h = xcalloc(1, sizeof(*h));
     h->r = r;
+    list_init(&h->live);
     h->name = xstrdup(cfg->name ? cfg->name : "httpd");
     h->max_body = cfg->max_body ? cfg->max_body : HTTPD_DEFAULT_MAX_BODY;
     h->idle_timeout_s = cfg->idle_timeout_s ? cfg->idle_timeout_s : 60;
@@ -483,32 +500,59 @@ struct httpd *httpd_new(struct reactor *r, const struct httpd_config *cfg)
         errno = EINVAL;
         return NULL;
     }
-    bool has_cert = cfg->tls_cert_file && *cfg->tls_cert_file;
-    bool has_key = cfg->tls_key_file && *cfg->tls_key_file;
-    if (has_cert != has_key) {
+    bool half = false;
+    bool tls = has_tls(cfg, &half);
+    if (half) {
         log_error("httpd_tls_incomplete", LF_STR("server", h->name),
                   LF_STR("detail", "TLS needs both a certificate and a key file"));
         free_config(h);
         errno = EINVAL;
         return NULL;
     }
-    bool tls = has_cert && has_key;
-    int rc = tls ? httpd_mhd_start(h, cfg, &ss, v6)
-                 : httpd_native_start(h, (const struct sockaddr *)&ss,
-                                      v6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in),
-                                      cfg->reuse_port);
+    if (tls && !(h->tls = server_tls(h, cfg))) {
+        int e = errno;
+        free_config(h);
+        errno = e;
+        return NULL;
+    }
+    int rc = httpd_native_start(h, (const struct sockaddr *)&ss,
+                                v6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in),
+                                cfg->reuse_port);
     if (rc != 0) {
-        if (!tls)
-            log_error("httpd_start_failed", LF_STR("server", h->name), LF_STR("host", host),
-                      LF_INT("port", cfg->port), LF_BOOL("tls", false),
-                      LF_STR("error", strerror(-rc)));
+        log_error("httpd_start_failed", LF_STR("server", h->name), LF_STR("host", host),
+                  LF_INT("port", cfg->port), LF_BOOL("tls", tls), LF_STR("error", strerror(-rc)));
         free_config(h);
         errno = -rc;
         return NULL;
     }
     log_info("http_listening", LF_STR("server", h->name), LF_STR("host", host),
-             LF_INT("port", h->port), LF_BOOL("tls", tls));
+             LF_INT("port", h->port), LF_BOOL("tls", tls),
+             LF_BOOL("mutual_tls", tls_ctx_verifies_peer(h->tls)));
     return h;
+}
+
+int httpd_tls_reload(struct httpd *h, const struct httpd_config *cfg)
+{
+    bool half = false;
+    if (!h->tls || !has_tls(cfg, &half)) {
+        log_error("httpd_tls_reload_failed", LF_STR("server", h->name),
+                  LF_STR("error", h->tls ? "TLS needs both a certificate and a key file"
+                                         : "not a TLS listener"));
+        return -EINVAL;
+    }
+    struct tls_ctx *ctx = server_tls(h, cfg);
+    if (!ctx)
+        return -errno;
+    tls_ctx_unref(h->tls); /* open connections hold their own reference */
+    h->tls = ctx;
+    log_info("httpd_tls_reloaded", LF_STR("server", h->name),
+             LF_BOOL("mutual_tls", tls_ctx_verifies_peer(ctx)));
+    return 0;
+}
+
+bool httpd_is_tls(const struct httpd *h)
+{
+    return h->tls != NULL;
 }
 
 void httpd_free(struct httpd *h)
@@ -516,11 +560,11 @@ void httpd_free(struct httpd *h)
     if (!h)
         return;
     h->stopping = true;
-    if (h->tp)
-        h->tp->shutdown(h);
-    /* Transports finish every request; anything left is a bug, but never leak it. */
-    while (h->live)
-        httpd_req_finish(h->live, false);
+    if (h->native)
+        httpd_native_shutdown(h);
+    /* The connections finish every request; anything left is a bug, but never leak it. */
+    while (!list_empty(&h->live))
+        httpd_req_finish(list_entry(list_first(&h->live), struct httpd_req, link), false);
     free_config(h);
 }
 
@@ -718,7 +762,7 @@ static void respond_take(struct httpd_req *req, int status, const char *content_
     req->resp_body = body;
     req->resp_len = len;
     req->answered = true;
-    req->h->tp->kick(req);
+    httpd_native_kick(req);
 }
 
 void httpd_respond(struct httpd_req *req, int status, const char *content_type, const void *body,
@@ -758,7 +802,7 @@ void httpd_respond_error(struct httpd_req *req, int status, const char *detail)
 
 static size_t stream_pending(const struct httpd_req *req)
 {
-    return req->sbuf.len - req->soff + req->h->tp->unsent(req);
+    return req->sbuf.len - req->soff + httpd_native_unsent(req);
 }
 
 void httpd_stream_begin(struct httpd_req *req, int status, const char *content_type)
@@ -769,7 +813,7 @@ void httpd_stream_begin(struct httpd_req *req, int status, const char *content_t
     req->streaming = true;
     req->status = status;
     req->answered = true;
-    req->h->tp->kick(req);
+    httpd_native_kick(req);
 }
 
 int httpd_stream_write(struct httpd_req *req, const void *data, size_t len)
@@ -785,10 +829,10 @@ int httpd_stream_write(struct httpd_req *req, const void *data, size_t len)
                  LF_INT("pending", stream_pending(req)));
         req->stream_ended = true;
         req->stream_abort = true;
-        req->h->tp->kick(req);
+        httpd_native_kick(req);
         return -E2BIG;
     }
-    req->h->tp->kick(req);
+    httpd_native_kick(req);
     return 0;
 }
 
@@ -798,7 +842,7 @@ void httpd_stream_end(struct httpd_req *req, bool abort)
         return;
     req->stream_ended = true;
     req->stream_abort = abort;
-    req->h->tp->kick(req);
+    httpd_native_kick(req);
 }
 
 size_t httpd_stream_pending(const struct httpd_req *req)

@@ -1,10 +1,11 @@
 /* httpd — an HTTP/1.1 server driven by a reactor.
  *
- * Plain listeners are served by our own HTTP/1.1 code on the reactor (httpd_native.c);
- * TLS listeners by GNU libmicrohttpd in "external epoll" mode (httpd_mhd.c), which is
- * loaded with GnuTLS only when a TLS listener starts. Either way handlers run on the
- * reactor thread and may use every other reactor-driven module (httpc, proc, timers)
- * directly.
+ * One implementation serves every listener (httpd_native.c, on the syntax of http1.h):
+ * plain listeners over TCP, TLS listeners over the same code with OpenSSL underneath as
+ * a transport (conn.h, tls.h; libssl is loaded when the first TLS listener starts). The
+ * same parser, limits, slow-client rules, pipelining and streaming apply to both.
+ * Handlers run on the reactor thread and may use every other reactor-driven module
+ * (httpc, proc, timers) directly.
  *
  * Request lifecycle
  *   1. The route's handler is called once the whole body has arrived (bodies above
@@ -55,18 +56,26 @@ struct httpd_config {
     uint16_t port;             /* 0 = ephemeral; read it back with httpd_port() */
     size_t max_body;           /* request body cap in bytes; 0 = 1 MiB */
     unsigned idle_timeout_s;   /* idle keep-alive connections closed after; 0 = 60. Also the
-                                * time a client has to send a request (head and body), or
-                                * to take an answer the socket holds back, before it must
-                                * keep up 500 B/s on average (plain listeners) */
+                                * time a client has to complete a TLS handshake, and to send
+                                * a request (head and body) or take an answer the socket
+                                * holds back before it must keep up 500 B/s on average */
     unsigned max_connections;  /* 0 = 1024 */
     bool reuse_port;           /* SO_REUSEPORT: several servers (threads) on one port */
-    /* TLS: enabled when cert_file and key_file are set (PEM). ca_file (optional) makes
-     * the server request and verify client certificates. key_password for encrypted
-     * keys (may be NULL). */
+    /* TLS: enabled when cert_file and key_file are set (PEM; the certificate file may
+     * hold the chain). ca_file (optional) makes the server require client certificates
+     * and verify them (mutual TLS): a client without one, or with one that does not
+     * verify, fails the handshake. key_password for an encrypted key (may be NULL).
+     * crl_file (optional, needs ca_file): PEM CRL(s); a revoked client certificate
+     * fails the handshake. min_version "TLSv1.2" (default) or "TLSv1.3"; ciphers (TLS
+     * 1.2, OpenSSL syntax) and ciphersuites (TLS 1.3), NULL = the defaults of tls.h. */
     const char *tls_cert_file;
     const char *tls_key_file;
     const char *tls_ca_file;
     const char *tls_key_password;
+    const char *tls_crl_file;
+    const char *tls_min_version;
+    const char *tls_ciphers;
+    const char *tls_ciphersuites;
     /* API key: routes registered with HTTPD_ROUTE_AUTH require header api_key_header
      * (NULL = "X-Motor-Management-Key", upstream's) to equal api_key (constant-time
      * compare); missing => 401 {"detail":"missing management key"}, wrong => 403
@@ -81,8 +90,9 @@ struct httpd_config {
 #define HTTPD_ROUTE_AUTH 0x1u /* requires the configured API key */
 
 /* Start listening. NULL on failure (logged; errno set: EADDRINUSE, EINVAL for a bad
- * host or TLS material MHD rejects, ENOENT/EACCES for unreadable TLS files, ENOTSUP
- * when TLS is configured but libmicrohttpd/GnuTLS cannot be loaded, ...).
+ * host or unusable TLS material (a wrong password, a key that does not fit, a bad
+ * version or cipher list), ENOENT/EACCES for unreadable TLS files, ENOTSUP when TLS is
+ * configured but libssl cannot be loaded, ...).
  * host may be an IPv4/IPv6 literal or a name (resolved once, first address); "::"
  * listens dual-stack. cfg strings are copied. */
 struct httpd *httpd_new(struct reactor *r, const struct httpd_config *cfg);
@@ -94,6 +104,15 @@ struct httpd *httpd_new(struct reactor *r, const struct httpd_config *cfg);
 void httpd_free(struct httpd *h);
 /* The bound TCP port (useful with port 0). */
 uint16_t httpd_port(const struct httpd *h);
+/* Is this a TLS listener? */
+bool httpd_is_tls(const struct httpd *h);
+
+/* Certificate reload: build a new TLS context from cfg's tls_* fields (the files are
+ * read again) for connections accepted from now on; connections already open keep
+ * theirs, untouched. 0, or -errno as httpd_new (logged) with the old context kept.
+ * -EINVAL for a plain listener or a cfg without certificate and key (a listener
+ * cannot change between plain and TLS). */
+int httpd_tls_reload(struct httpd *h, const struct httpd_config *cfg);
 
 /* Register a route. method: "GET", "POST", ... ; pattern: an absolute path whose
  * segments may be "{name}" parameters, e.g. "/node-manager/engines/{id}/logs".

@@ -1,13 +1,12 @@
-/* httpd_core — what httpd.c (routes, requests, answers) shares with its two transports:
- * httpd_native.c (plain HTTP/1.1 on the reactor) and httpd_mhd.c (TLS listeners through
- * libmicrohttpd, loaded on first use).
+/* httpd_core — what httpd.c (routes, requests, answers) shares with httpd_native.c (the
+ * connections: HTTP/1.1 over plain TCP or TLS through conn.h, on the reactor).
  *
  * The core owns struct httpd_req: the request as parsed (method, path, headers, query,
  * body), the answer as prepared (status, header lines, body or stream buffer) and the
- * close callback. A transport creates requests with httpd_req_new(), runs the route
- * with httpd_req_dispatch() once the body is complete, is told through its kick() that
- * an answer or stream data is ready, and ends every request with httpd_req_finish()
- * (exactly once: that runs on_close and frees it).
+ * close callback. The connection code creates requests with httpd_req_new(), runs the
+ * route with httpd_req_dispatch() once the body is complete, is told through
+ * httpd_native_kick() that an answer or stream data is ready, and ends every request
+ * with httpd_req_finish() (exactly once: that runs on_close and frees it).
  *
  * Private to httpd*.c. Threading: the reactor thread. */
 #ifndef MOTOR_HTTPD_CORE_H
@@ -15,6 +14,7 @@
 
 #include "common/httpd.h"
 #include "common/httpd_internal.h"
+#include "common/list.h"
 #include "common/strbuf.h"
 
 #include <netinet/in.h>
@@ -30,7 +30,7 @@
  * the client can still read the 413; beyond it the connection is dropped. */
 #define HTTPD_DISCARD_MAX ((size_t)16 << 20)
 /* Slow clients: after the first idle timeout a request must arrive, and held-back output
- * must drain, at this average rate (bytes per second; plain listeners). */
+ * must drain, at this average rate (bytes per second; every listener). */
 #define HTTPD_MIN_RATE 500
 
 struct httpd_kv {
@@ -38,20 +38,13 @@ struct httpd_kv {
     const char *value; /* may be NULL for a query key without '=' */
 };
 
-struct httpd_transport {
-    /* An answer was prepared, or stream data/end arrived: send it (never re-entering
-     * the caller: transports send later on this loop pass). */
-    void (*kick)(struct httpd_req *req);
-    /* Stream bytes taken from req->sbuf but not yet written to the socket. */
-    size_t (*unsent)(const struct httpd_req *req);
-    /* httpd_free: answer/flush/close everything and release the transport state. */
-    void (*shutdown)(struct httpd *h);
-};
+struct native;
+struct tls_ctx;
 
 struct httpd {
     struct reactor *r;
-    const struct httpd_transport *tp;
-    void *tp_state;
+    struct native *native; /* the listener and its connections (httpd_native.c) */
+    struct tls_ctx *tls;   /* TLS listener: the context for new connections; NULL = plain */
     char *name;
     size_t max_body;
     unsigned idle_timeout_s;
@@ -64,13 +57,13 @@ struct httpd {
     char **quiet_paths;
     struct httpd_route_entry *routes;
     size_t nroutes, routes_cap;
-    struct httpd_req *live; /* every request not yet finished */
+    struct list_head live; /* every request not yet finished (httpd_req.link) */
 };
 
 struct httpd_req {
     struct httpd *h;
-    struct httpd_req *prev, *next;
-    void *conn; /* the transport's connection; NULL once detached */
+    struct list_head link; /* in h->live */
+    void *conn; /* the connection carrying it (httpd_native.c); NULL once detached */
     const char *method;
     const char *path; /* percent-decoded */
     char peer[INET6_ADDRSTRLEN];
@@ -109,13 +102,6 @@ struct httpd_req {
     struct strbuf sbuf;
     size_t soff; /* bytes of sbuf already taken by the transport */
 
-    /* libmicrohttpd transport only */
-    void *mhd_resp;
-    void *mhd_hc; /* its TCP connection's context */
-    size_t mhd_discarded;
-    bool mhd_queued;
-    bool mhd_suspended;
-
     httpd_close_cb on_close;
     void *on_close_arg;
 };
@@ -139,10 +125,17 @@ size_t httpd_req_parse_query(struct httpd_req *req, const char *qs, size_t len, 
 /* Upper bound on the query arguments in qs[0..len). */
 size_t httpd_query_count(const char *qs, size_t len);
 
-/* Transports. */
+/* ---- httpd_native.c ---------------------------------------------------------------- */
+
+/* Listen on sa and serve connections (TLS ones when h->tls is set). 0 or -errno. */
 int httpd_native_start(struct httpd *h, const struct sockaddr *sa, socklen_t salen,
                        bool reuse_port);
-int httpd_mhd_start(struct httpd *h, const struct httpd_config *cfg,
-                    const struct sockaddr_storage *ss, bool v6);
+/* An answer was prepared, or stream data/end arrived: send it (later on this loop pass,
+ * never re-entering the caller). */
+void httpd_native_kick(struct httpd_req *req);
+/* Stream bytes taken from req->sbuf but not yet written to the socket. */
+size_t httpd_native_unsent(const struct httpd_req *req);
+/* httpd_free: answer/flush/close everything and release the connection state. */
+void httpd_native_shutdown(struct httpd *h);
 
 #endif

@@ -1,4 +1,6 @@
-/* httpd_native — plain HTTP/1.1 connections driven directly by the reactor.
+/* httpd_native — HTTP/1.1 connections driven directly by the reactor, over plain TCP or
+ * TLS (conn.h: the transport is the only difference; parser, limits, slow-client rules,
+ * pipelining and streaming are the same code for both).
  *
  * Built for the proxy's hot path: accept4 in a loop, TCP_NODELAY, one edge-triggered
  * epoll registration per connection for its whole life (EPOLLIN|EPOLLOUT|EPOLLRDHUP:
@@ -7,11 +9,19 @@
  * Late answers and stream data are sent from a reactor_defer callback, so several
  * writes in one loop pass go out together and callers are never re-entered.
  *
- * Per connection the state machine is: read a head -> read the body (Content-Length,
+ * Per connection the state machine is: (TLS) the handshake -> read a head -> read the
+ * body (Content-Length,
  * chunked, or discard an oversize one) -> the handler runs and the connection waits
  * for the answer (suspended) -> write it -> the request is finished (on_close) -> next
  * request, which may already be in the read buffer (pipelining: strictly one at a
- * time, in order). Edge-triggered readiness is remembered in `readable`/`writable`.
+ * time, in order). Edge-triggered readiness is remembered by the conn (conn_read_ready,
+ * conn_write_ready), which also knows what OpenSSL buffered and waits for.
+ *
+ * TLS: a handshake must complete within one idle timeout (bytes of a handshake are not
+ * progress: a client dripping a ClientHello is cut like any idle one); a failed one is
+ * logged once (peer, OpenSSL's reason) and closes the connection, nothing else; a plain
+ * HTTP request on a TLS port gets a plain 400. A TLS ClientHello on a plain port is
+ * logged and closed. Graceful closes send close_notify.
  *
  * A client that goes away while its request waits for an answer or stream data is
  * noticed from EPOLLRDHUP/EPOLLHUP at once (a client that half-closes after sending
@@ -24,9 +34,14 @@
  *
  * Every answer carries Date (RFC 9110 §6.6.1), formatted at most once a second per
  * server and reused in between, as nginx does. */
+#include "common/conn.h"
+#include "common/http1.h"
 #include "common/httpd_core.h"
+#include "common/list.h"
 #include "common/log.h"
+#include "common/tls.h"
 #include "common/util.h"
+#include "common/xalloc.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -64,7 +79,8 @@
 /* "\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\n": the status line's end comes with it */
 #define DATE_LINE_LEN 39
 
-enum conn_state {
+enum hc_state {
+    C_HANDSHAKE, /* TLS: the handshake has not completed */
     C_HEAD,    /* waiting for / reading a request head */
     C_BODY,    /* reading the body into req->body */
     C_DISCARD, /* reading an oversize body to throw it away, then 413 */
@@ -74,26 +90,26 @@ enum conn_state {
 
 struct native;
 
-struct conn {
+struct hconn {
     struct native *n;
-    struct conn *prev, *next;
-    int fd;
-    enum conn_state state;
+    struct list_head link; /* in n->conns */
+    struct conn c;         /* the transport (its fd is the connection's) */
+    enum hc_state state;
     char peer[INET6_ADDRSTRLEN];
 
-    char *rbuf; /* HTTPD_HEAD_MAX bytes */
+    char *rbuf; /* HTTP1_REQUEST_HEAD_MAX bytes */
     size_t rlen;
 
     struct httpd_req *req;
     bool http10;
     bool keep_alive;  /* may carry another request after the current one */
     bool chunked;     /* the current body */
-    struct httpd_chunked ch;
+    struct http1_chunked ch;
     uint64_t body_left; /* Content-Length bytes still to read (or discard) */
     size_t body_cap;
     size_t discarded;
 
-    bool readable, writable, peer_closed;
+    bool peer_closed;
     bool in_run;
     bool head_sent;  /* the response head went out (or is queued in out) */
     bool resp_done;  /* the whole response is in out/tail: finish when drained */
@@ -116,7 +132,7 @@ struct conn {
 struct native {
     struct httpd *h;
     int lfd;
-    struct conn *conns;
+    struct list_head conns; /* struct hconn.link */
     size_t nconns;
     struct reactor_timer sweep;
     struct reactor_deferred accept_more;
@@ -128,11 +144,11 @@ struct native {
     char date[DATE_LINE_LEN + 1];
 };
 
-static void conn_run(struct conn *c);
+static void hc_run(struct hconn *c);
 
 /* ---- connection lifetime ----------------------------------------------------------------- */
 
-static void conn_close(struct conn *c, bool ok)
+static void hc_close(struct hconn *c, bool ok)
 {
     struct native *n = c->n;
     if (c->req) {
@@ -140,15 +156,13 @@ static void conn_close(struct conn *c, bool ok)
         c->req = NULL;
         httpd_req_finish(req, ok);
     }
-    reactor_del_fd(n->h->r, c->fd);
-    close(c->fd);
+    reactor_del_fd(n->h->r, c->c.fd);
+    /* A graceful close of a TLS connection says so (close_notify); an abort does not. */
+    if (ok && conn_is_tls(&c->c) && conn_handshake_done(&c->c) && c->state != C_LINGER)
+        conn_shutdown(&c->c);
+    conn_close(&c->c);
     reactor_defer_cancel(n->h->r, &c->run);
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        n->conns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
+    list_remove(&c->link);
     n->nconns--;
     strbuf_release(&c->out);
     free(c->rbuf);
@@ -157,15 +171,15 @@ static void conn_close(struct conn *c, bool ok)
 
 static void on_conn_deferred(struct reactor *r, void *arg)
 {
-    conn_run(arg);
+    hc_run(arg);
 }
 
 static void on_conn_event(struct reactor *r, int fd, uint32_t events, void *arg)
 {
-    struct conn *c = arg;
+    struct hconn *c = arg;
     if (events & (EPOLLERR | EPOLLHUP)) {
         if (c->state == C_LINGER || (!c->req && c->out.len == c->out_off)) {
-            conn_close(c, true);
+            hc_close(c, true);
             return;
         }
         if (c->req && c->req->handled) {
@@ -173,16 +187,13 @@ static void on_conn_event(struct reactor *r, int fd, uint32_t events, void *arg)
             log_debug("http_client_gone", LF_STR("server", c->n->h->name),
                       LF_STR("path", c->req->path));
         }
-        conn_close(c, false);
+        hc_close(c, false);
         return;
     }
     if (events & EPOLLRDHUP)
         c->peer_closed = true;
-    if (events & EPOLLIN)
-        c->readable = true;
-    if (events & EPOLLOUT)
-        c->writable = true;
-    conn_run(c);
+    conn_on_events(&c->c, events);
+    hc_run(c);
 }
 
 static void peer_text(const struct sockaddr_storage *ss, char *out, size_t cap)
@@ -229,17 +240,28 @@ static void accept_batch(struct native *n)
             return;
         }
         if (n->nconns >= h->max_connections) {
-            close(fd); /* as MHD did: over the limit, refuse at once */
+            close(fd); /* over the limit: refused at once, before any byte is read */
             continue;
         }
         int one = 1;
         (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        struct conn *c = xcalloc(1, sizeof(*c));
+        struct hconn *c = xcalloc(1, sizeof(*c));
         c->n = n;
-        c->fd = fd;
-        c->state = C_HEAD;
-        c->writable = true;
-        c->rbuf = xmalloc(HTTPD_HEAD_MAX);
+        list_init(&c->link);
+        if (h->tls) {
+            int trc = conn_init_tls_server(&c->c, fd, h->tls);
+            if (trc != 0) {
+                log_warn("tls_session_failed", LF_STR("server", h->name), LF_INT("errno", -trc));
+                conn_close(&c->c);
+                free(c);
+                continue;
+            }
+            c->state = C_HANDSHAKE;
+        } else {
+            conn_init_plain(&c->c, fd);
+            c->state = C_HEAD;
+        }
+        c->rbuf = xmalloc(HTTP1_REQUEST_HEAD_MAX);
         c->last_io = reactor_now(h->r);
         strbuf_init(&c->out, NATIVE_OUT_MAX);
         peer_text(&ss, c->peer, sizeof(c->peer));
@@ -256,15 +278,13 @@ static void accept_batch(struct native *n)
         }
         if (rc != 0) {
             log_warn("httpd_watch_failed", LF_STR("server", h->name), LF_INT("errno", -rc));
-            close(fd);
+            conn_close(&c->c);
+            strbuf_release(&c->out);
             free(c->rbuf);
             free(c);
             continue;
         }
-        c->next = n->conns;
-        if (n->conns)
-            n->conns->prev = c;
-        n->conns = c;
+        list_insert_head(&n->conns, &c->link);
         n->nconns++;
     }
     /* More may be waiting: let other connections run first. */
@@ -344,7 +364,7 @@ static const char *date_line(struct native *n)
 /* n more bytes moved: a deadline that is not yet set opens a window of idle_timeout_s;
  * a set one moves on by 1/min_rate s per byte (never beyond a full window from now), so
  * only a client slower than min_rate on average runs out of time. */
-static void rate_progress(struct conn *c, int64_t *deadline, size_t n)
+static void rate_progress(struct hconn *c, int64_t *deadline, size_t n)
 {
     struct httpd *h = c->n->h;
     int64_t now = reactor_now(h->r);
@@ -358,32 +378,28 @@ static void rate_progress(struct conn *c, int64_t *deadline, size_t n)
         *deadline = now + window;
 }
 
-static size_t out_pending(const struct conn *c)
+static size_t out_pending(const struct hconn *c)
 {
     return c->out.len - c->out_off + c->tail_len - c->tail_off;
 }
 
 /* Write what is queued. 0 (all written or the socket is full), -EPIPE on error. */
-static int conn_flush(struct conn *c)
+static int hc_flush(struct hconn *c)
 {
-    while (out_pending(c) > 0 && c->writable) {
+    while (out_pending(c) > 0 && conn_write_ready(&c->c)) {
         struct iovec iov[2];
         int k = 0;
         if (c->out.len > c->out_off)
             iov[k++] = (struct iovec){c->out.buf + c->out_off, c->out.len - c->out_off};
         if (c->tail_len > c->tail_off)
             iov[k++] = (struct iovec){(void *)(c->tail + c->tail_off), c->tail_len - c->tail_off};
-        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)k};
-        ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+        ssize_t w = conn_writev(&c->c, iov, k);
         if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                c->writable = false;
-                if (!c->write_deadline) /* held back from now on: the clock starts */
-                    rate_progress(c, &c->write_deadline, 0);
-                return 0;
-            }
+            if (w == -EAGAIN)
+                break;
+            if (w != -EPIPE && w != -ECONNRESET && conn_is_tls(&c->c))
+                log_info("tls_write_failed", LF_STR("server", c->n->h->name),
+                         LF_STR("peer", c->peer), LF_STR("error", conn_error(&c->c)));
             return -EPIPE;
         }
         c->last_io = reactor_now(c->n->h->r);
@@ -395,6 +411,8 @@ static int conn_flush(struct conn *c)
         left -= o;
         c->tail_off += left;
     }
+    if (out_pending(c) > 0 && !c->write_deadline) /* held back from now on: the clock starts */
+        rate_progress(c, &c->write_deadline, 0);
     if (out_pending(c) == 0)
         c->write_deadline = 0; /* nothing held back: an idle stream is not a slow client */
     if (c->out_off == c->out.len) {
@@ -410,7 +428,7 @@ static int conn_flush(struct conn *c)
     return 0;
 }
 
-static void put_head(struct conn *c, struct httpd_req *req, bool chunked, size_t length)
+static void put_head(struct hconn *c, struct httpd_req *req, bool chunked, size_t length)
 {
     struct strbuf *o = &c->out;
     const char *reason = httpd_status_text(req->status);
@@ -438,7 +456,7 @@ static void put_head(struct conn *c, struct httpd_req *req, bool chunked, size_t
 }
 
 /* Move the prepared answer / new stream data of the current request into the output. */
-static void conn_fill(struct conn *c)
+static void hc_fill(struct hconn *c)
 {
     struct httpd_req *req = c->req;
     struct httpd *h = c->n->h;
@@ -459,7 +477,7 @@ static void conn_fill(struct conn *c)
         return;
     }
     if (req->stream_abort)
-        return; /* conn_step closes the connection */
+        return; /* hc_step closes the connection */
     size_t pending = req->sbuf.len - req->soff;
     const char *data = req->sbuf.buf ? req->sbuf.buf + req->soff : "";
     if (!c->head_sent && req->stream_ended) {
@@ -497,7 +515,7 @@ static void conn_fill(struct conn *c)
 }
 
 /* An answer made before any request object exists (malformed head). */
-static void conn_error(struct conn *c, int status, const char *detail)
+static void hc_error(struct hconn *c, int status, const char *detail)
 {
     const char *reason = httpd_status_text(status);
     char body[128];
@@ -516,32 +534,38 @@ static void conn_error(struct conn *c, int status, const char *detail)
 
 /* ---- input ---------------------------------------------------------------------------------- */
 
-/* recv into buf; >0 bytes, 0 = would block (readable cleared), -1 = EOF, -2 = error. */
-static ssize_t conn_recv(struct conn *c, char *buf, size_t cap)
+/* Read into buf: >0 bytes, 0 = nothing before the next event, -1 = the peer's end
+ * (EOF, or a TLS peer that closed without close_notify), -2 = an error (a TLS
+ * protocol failure is logged: a bad record, a truncated one, a refused renegotiation). */
+static ssize_t hc_recv(struct hconn *c, char *buf, size_t cap)
 {
-    if (!c->readable || cap == 0)
+    if (cap == 0 || !conn_read_ready(&c->c))
         return 0;
-    for (;;) {
-        ssize_t r = recv(c->fd, buf, cap, 0);
-        if (r > 0) {
-            if ((size_t)r < cap)
-                c->readable = false; /* drained: the next arrival raises a new edge */
-            c->last_io = reactor_now(c->n->h->r);
-            return r;
-        }
-        if (r == 0)
-            return -1;
-        if (errno == EINTR)
-            continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) {
-            c->readable = false;
-            return 0;
-        }
-        return -2;
+    ssize_t r = conn_read(&c->c, buf, cap);
+    if (r > 0) {
+        c->last_io = reactor_now(c->n->h->r);
+        return r;
     }
+    if (r == -EAGAIN)
+        return 0;
+    if (r == 0)
+        return -1;
+    if (r == -ECONNABORTED) {
+        /* Harmless between requests (many clients skip close_notify); a request cut
+         * short this way may have been truncated by an attacker. */
+        bool mid = c->req || c->rlen > 0;
+        log_at(mid ? LOG_INFO : LOG_DEBUG, "tls_closed_without_close_notify",
+               LF_STR("server", c->n->h->name), LF_STR("peer", c->peer),
+               LF_BOOL("mid_request", mid));
+        return -1;
+    }
+    if (conn_is_tls(&c->c) && r != -ECONNRESET)
+        log_warn("tls_read_failed", LF_STR("server", c->n->h->name), LF_STR("peer", c->peer),
+                 LF_STR("error", conn_error(&c->c)));
+    return -2;
 }
 
-static void rbuf_consume(struct conn *c, size_t n)
+static void rbuf_consume(struct hconn *c, size_t n)
 {
     if (n >= c->rlen) {
         c->rlen = 0;
@@ -552,19 +576,19 @@ static void rbuf_consume(struct conn *c, size_t n)
 }
 
 /* n bytes of the request being read arrived (the first ones start its clock). */
-static void read_progress(struct conn *c, size_t n)
+static void read_progress(struct hconn *c, size_t n)
 {
     rate_progress(c, &c->read_deadline, n);
 }
 
-static void start_app(struct conn *c)
+static void start_app(struct hconn *c)
 {
     c->read_deadline = 0; /* the request is read; the handler takes its own time */
     c->state = C_APP;
     httpd_req_dispatch(c->req);
 }
 
-static void send_continue(struct conn *c)
+static void send_continue(struct hconn *c)
 {
     strbuf_puts(&c->out, "HTTP/1.1 100 Continue\r\n\r\n");
 }
@@ -572,7 +596,7 @@ static void send_continue(struct conn *c)
 /* An absolute-form target's authority takes the place of Host (RFC 9112 §3.2.2: a
  * received Host is ignored), so handlers asking for "Host" see what the client aimed
  * at. The request was sized for one more header and the authority's bytes. */
-static void set_authority(struct httpd_req *req, const struct httpd_head *hd, char *a,
+static void set_authority(struct httpd_req *req, const struct http1_request *hd, char *a,
                           size_t *off)
 {
     char *v = a + *off;
@@ -592,7 +616,7 @@ static void set_authority(struct httpd_req *req, const struct httpd_head *hd, ch
 }
 
 /* A complete head of head_len bytes is at the front of rbuf: build the request. */
-static int start_request(struct conn *c, const struct httpd_head *hd, size_t head_len)
+static int start_request(struct hconn *c, const struct http1_request *hd, size_t head_len)
 {
     struct httpd *h = c->n->h;
     const char *qmark = memchr(hd->target, '?', hd->target_len);
@@ -600,10 +624,10 @@ static int start_request(struct conn *c, const struct httpd_head *hd, size_t hea
     const char *qs = qmark ? qmark + 1 : NULL;
     size_t qs_len = qmark ? hd->target_len - path_len - 1 : 0;
     size_t nq = httpd_query_count(qs, qs_len);
-    size_t arena = head_len + 2 * hd->nhdrs + 2 * nq + 16;
+    size_t arena = head_len + 2 * hd->nfields + 2 * nq + 16;
     /* absolute-form: room for a "Host" entry carrying the authority, and for the "/"
      * of an empty path */
-    size_t nh = hd->nhdrs + (hd->absolute_form ? 1 : 0);
+    size_t nh = hd->nfields + (hd->absolute_form ? 1 : 0);
     if (hd->absolute_form)
         arena += hd->host_len + 16;
     struct httpd_req *req = httpd_req_new(h, c, nh, nq, arena);
@@ -613,19 +637,19 @@ static int start_request(struct conn *c, const struct httpd_head *hd, size_t hea
     a[hd->method_len] = '\0';
     req->method = a;
     off += hd->method_len + 1;
-    int pl = path_len ? httpd_url_decode(a + off, hd->target, path_len, false)
-                      : httpd_url_decode(a + off, "/", 1, false); /* "http://h?q" */
+    int pl = path_len ? http1_url_decode(a + off, hd->target, path_len, false)
+                      : http1_url_decode(a + off, "/", 1, false); /* "http://h?q" */
     if (pl < 0) {
         httpd_req_finish(req, true);
-        conn_error(c, 400, "Bad Request");
+        hc_error(c, 400, "Bad Request");
         return -EINVAL;
     }
     req->path = a + off;
     off += (size_t)pl + 1;
     if (qs)
         httpd_req_parse_query(req, qs, qs_len, &off);
-    for (size_t i = 0; i < hd->nhdrs; i++) {
-        const struct httpd_hdr_view *v = &hd->hdrs[i];
+    for (size_t i = 0; i < hd->nfields; i++) {
+        const struct http1_field *v = &hd->fields[i];
         char *nm = a + off;
         memcpy(nm, v->name, v->name_len);
         nm[v->name_len] = '\0';
@@ -636,7 +660,7 @@ static int start_request(struct conn *c, const struct httpd_head *hd, size_t hea
         off += v->value_len + 1;
         req->hdrs[i] = (struct httpd_kv){nm, val};
     }
-    req->nhdrs = hd->nhdrs;
+    req->nhdrs = hd->nfields;
     if (hd->absolute_form)
         set_authority(req, hd, a, &off);
     memcpy(req->peer, c->peer, sizeof(req->peer));
@@ -647,7 +671,7 @@ static int start_request(struct conn *c, const struct httpd_head *hd, size_t hea
     c->head_sent = c->resp_done = false;
     c->chunked = hd->chunked;
     c->discarded = 0;
-    memset(&c->ch, 0, sizeof(c->ch));
+    http1_chunked_init(&c->ch, HTTP1_CHUNKED_STRICT);
     rbuf_consume(c, head_len);
 
     if (hd->chunked) {
@@ -691,48 +715,56 @@ static int start_request(struct conn *c, const struct httpd_head *hd, size_t hea
 
 enum step { STEP_AGAIN, STEP_WAIT, STEP_CLOSED };
 
-static enum step step_head(struct conn *c)
+static enum step step_head(struct hconn *c)
 {
     if (c->rlen > 0 && !c->read_deadline)
         read_progress(c, c->rlen); /* a pipelined head: its time starts now */
     if (c->rlen > 0) {
-        struct httpd_head hd;
-        int rc = httpd_parse_head(c->rbuf, c->rlen, &hd);
+        struct http1_request hd;
+        int rc = http1_parse_request(c->rbuf, c->rlen, &hd);
         if (rc > 0) {
             (void)start_request(c, &hd, (size_t)rc); /* on error it queued the 400 */
             return STEP_AGAIN;
         }
         if (rc < 0) {
+            if (!c->n->h->tls && (unsigned char)c->rbuf[0] == 0x16) {
+                /* A TLS record (handshake) where a request line should be: a client
+                 * configured for https. An HTTP answer would only puzzle it. */
+                log_warn("http_tls_on_plain_port", LF_STR("server", c->n->h->name),
+                         LF_STR("peer", c->peer));
+                hc_close(c, false);
+                return STEP_CLOSED;
+            }
             if (rc == -EMSGSIZE)
-                conn_error(c, 431, "Request Header Fields Too Large");
+                hc_error(c, 431, "Request Header Fields Too Large");
             else if (rc == -ENOTSUP)
-                conn_error(c, 501, "Not Implemented");
+                hc_error(c, 501, "Not Implemented");
             else if (rc == -EPROTONOSUPPORT)
-                conn_error(c, 505, "HTTP Version Not Supported");
+                hc_error(c, 505, "HTTP Version Not Supported");
             else
-                conn_error(c, 400, "Bad Request");
+                hc_error(c, 400, "Bad Request");
             return STEP_AGAIN;
         }
     }
     if (c->n->h->stopping) {
-        conn_close(c, true);
+        hc_close(c, true);
         return STEP_CLOSED;
     }
-    ssize_t r = conn_recv(c, c->rbuf + c->rlen, HTTPD_HEAD_MAX - c->rlen);
+    ssize_t r = hc_recv(c, c->rbuf + c->rlen, HTTP1_REQUEST_HEAD_MAX - c->rlen);
     if (r > 0) {
         c->rlen += (size_t)r;
         read_progress(c, (size_t)r);
         return STEP_AGAIN;
     }
     if (r < 0) {
-        conn_close(c, true); /* EOF between requests (or mid-head): just close */
+        hc_close(c, true); /* EOF between requests (or mid-head): just close */
         return STEP_CLOSED;
     }
     return STEP_WAIT;
 }
 
 /* The oversize or malformed body is over: 413 (keep-alive unless told otherwise). */
-static enum step body_too_large(struct conn *c, bool close_conn)
+static enum step body_too_large(struct hconn *c, bool close_conn)
 {
     struct httpd_req *req = c->req;
     req->too_large = true;
@@ -747,20 +779,20 @@ static enum step body_too_large(struct conn *c, bool close_conn)
     return STEP_AGAIN;
 }
 
-static enum step step_chunked(struct conn *c)
+static enum step step_chunked(struct hconn *c)
 {
     struct httpd *h = c->n->h;
     struct httpd_req *req = c->req;
     for (;;) {
         if (c->rlen > 0) {
             size_t used = 0, out = 0;
-            int rc = httpd_chunked_decode(&c->ch, c->rbuf, c->rlen, &used, &out);
+            int rc = http1_chunked_decode(&c->ch, c->rbuf, c->rlen, &used, &out);
             if (rc < 0) {
                 c->keep_alive = false;
                 c->close_after = true;
                 httpd_req_finish(req, true);
                 c->req = NULL;
-                conn_error(c, 400, "Bad Request");
+                hc_error(c, 400, "Bad Request");
                 c->state = C_HEAD;
                 return STEP_AGAIN;
             }
@@ -790,14 +822,14 @@ static enum step step_chunked(struct conn *c)
             if (c->discarded > HTTPD_DISCARD_MAX)
                 return body_too_large(c, true);
         }
-        ssize_t r = conn_recv(c, c->rbuf + c->rlen, HTTPD_HEAD_MAX - c->rlen);
+        ssize_t r = hc_recv(c, c->rbuf + c->rlen, HTTP1_REQUEST_HEAD_MAX - c->rlen);
         if (r > 0) {
             c->rlen += (size_t)r;
             read_progress(c, (size_t)r);
             continue;
         }
         if (r < 0) {
-            conn_close(c, false);
+            hc_close(c, false);
             return STEP_CLOSED;
         }
         return STEP_WAIT;
@@ -806,7 +838,7 @@ static enum step step_chunked(struct conn *c)
 
 
 /* Room for `more` body bytes (plus the NUL) in a Content-Length body. */
-static void body_reserve(struct conn *c, struct httpd_req *req, size_t more)
+static void body_reserve(struct hconn *c, struct httpd_req *req, size_t more)
 {
     size_t need = req->body_len + more + 1;
     if (need <= c->body_cap)
@@ -821,10 +853,10 @@ static void body_reserve(struct conn *c, struct httpd_req *req, size_t more)
     c->body_cap = cap;
 }
 
-static enum step step_body(struct conn *c)
+static enum step step_body(struct hconn *c)
 {
     if (c->n->h->stopping) { /* a partial upload at shutdown: drop it */
-        conn_close(c, false);
+        hc_close(c, false);
         return STEP_CLOSED;
     }
     if (c->chunked)
@@ -851,7 +883,7 @@ static enum step step_body(struct conn *c)
         }
         ssize_t r;
         if (discard) {
-            r = conn_recv(c, c->rbuf, HTTPD_HEAD_MAX);
+            r = hc_recv(c, c->rbuf, HTTP1_REQUEST_HEAD_MAX);
             if (r > 0) {
                 c->rlen = (size_t)r;
                 read_progress(c, (size_t)r);
@@ -862,7 +894,7 @@ static enum step step_body(struct conn *c)
             if (req->body_len + 1 >= c->body_cap)
                 body_reserve(c, req, (size_t)MOTOR_MIN(c->body_left, (uint64_t)NATIVE_BODY_FIRST));
             size_t room = c->body_cap - 1 - req->body_len;
-            r = conn_recv(c, req->body + req->body_len, (size_t)MOTOR_MIN((uint64_t)room, c->body_left));
+            r = hc_recv(c, req->body + req->body_len, (size_t)MOTOR_MIN((uint64_t)room, c->body_left));
             if (r > 0) {
                 req->body_len += (size_t)r;
                 c->body_left -= (size_t)r;
@@ -871,27 +903,30 @@ static enum step step_body(struct conn *c)
             }
         }
         if (r < 0) {
-            conn_close(c, false);
+            hc_close(c, false);
             return STEP_CLOSED;
         }
         return STEP_WAIT;
     }
 }
 
-static enum step step_linger(struct conn *c)
+static enum step step_linger(struct hconn *c)
 {
     for (;;) {
-        ssize_t r = conn_recv(c, c->rbuf, HTTPD_HEAD_MAX);
+        /* raw: what the client still sends (a TLS one's close_notify too) is dropped */
+        ssize_t r = conn_discard(&c->c, HTTP1_REQUEST_HEAD_MAX);
+        if (r == -EAGAIN)
+            return STEP_WAIT;
         if (r > 0) {
             c->lingered += (size_t)r;
             if (c->lingered > NATIVE_LINGER_BYTES) {
-                conn_close(c, true);
+                hc_close(c, true);
                 return STEP_CLOSED;
             }
             continue;
         }
         if (r < 0) {
-            conn_close(c, true);
+            hc_close(c, true);
             return STEP_CLOSED;
         }
         return STEP_WAIT;
@@ -899,42 +934,88 @@ static enum step step_linger(struct conn *c)
 }
 
 /* The answer is out and nothing else follows: close, letting the client read it. */
-static enum step conn_done(struct conn *c)
+static enum step hc_done(struct hconn *c)
 {
     if (c->n->h->stopping || c->peer_closed) {
-        conn_close(c, true);
+        hc_close(c, true);
         return STEP_CLOSED;
     }
     /* Closing with unread input would send a reset that can destroy the answer in
-     * flight; shut our side and drain the client's leftovers for a moment instead. */
-    shutdown(c->fd, SHUT_WR);
+     * flight; shut our side (after close_notify on TLS) and drain the client's
+     * leftovers for a moment instead. */
+    conn_shutdown(&c->c);
     c->state = C_LINGER;
     c->rlen = 0;
     c->last_io = reactor_now(c->n->h->r);
-    c->readable = true;
     return STEP_AGAIN;
 }
 
-static enum step conn_step(struct conn *c)
+/* A plain HTTP request on a TLS port: answer it in plain text, as nginx does, so the
+ * operator sees why, then linger like any closing connection. */
+static enum step plain_on_tls_port(struct hconn *c)
+{
+    static const char body[] = "{\"detail\":\"plain HTTP request sent to a TLS port\"}";
+    char ans[256];
+    int n = snprintf(ans, sizeof(ans),
+                     "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n"
+                     "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                     sizeof(body) - 1, body);
+    (void)send(c->c.fd, ans, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT); /* best effort */
+    (void)shutdown(c->c.fd, SHUT_WR);
+    c->state = C_LINGER;
+    c->last_io = reactor_now(c->n->h->r);
+    return STEP_AGAIN;
+}
+
+static enum step step_handshake(struct hconn *c)
+{
+    struct httpd *h = c->n->h;
+    if (h->stopping) {
+        hc_close(c, false);
+        return STEP_CLOSED;
+    }
+    if (!conn_handshake_ready(&c->c))
+        return STEP_WAIT;
+    int rc = conn_handshake(&c->c);
+    if (rc == -EAGAIN)
+        return STEP_WAIT;
+    if (rc == 0) {
+        c->state = C_HEAD;
+        c->last_io = reactor_now(h->r); /* the idle clock starts again for the request */
+        log_debug("tls_handshake_done", LF_STR("server", h->name), LF_STR("peer", c->peer),
+                  LF_STR("version", conn_tls_version(&c->c)),
+                  LF_STR("cipher", conn_tls_cipher(&c->c)), LF_BOOL("resumed", conn_tls_resumed(&c->c)));
+        return STEP_AGAIN;
+    }
+    /* Logged once, here; the connection is closed and costs nothing more. */
+    log_warn("tls_handshake_failed", LF_STR("server", h->name), LF_STR("peer", c->peer),
+             LF_STR("error", conn_error(&c->c)));
+    if (rc == -EBADMSG)
+        return plain_on_tls_port(c);
+    hc_close(c, false);
+    return STEP_CLOSED;
+}
+
+static enum step hc_step(struct hconn *c)
 {
     struct httpd_req *req = c->req;
     if (req && req->streaming && req->stream_abort) {
-        conn_close(c, false);
+        hc_close(c, false);
         return STEP_CLOSED;
     }
-    conn_fill(c);
+    hc_fill(c);
     if (out_pending(c) > 0) {
-        if (conn_flush(c) != 0) {
+        if (hc_flush(c) != 0) {
             if (c->req)
                 c->req->client_gone = true;
-            conn_close(c, false);
+            hc_close(c, false);
             return STEP_CLOSED;
         }
         if (out_pending(c) > 0) {
             /* still a chance to hear that the client left while we wait to write */
             if (c->peer_closed && c->req && c->req->streaming) {
                 c->req->client_gone = true;
-                conn_close(c, false);
+                hc_close(c, false);
                 return STEP_CLOSED;
             }
             return STEP_WAIT;
@@ -947,13 +1028,15 @@ static enum step conn_step(struct conn *c)
         c->tail_len = c->tail_off = 0;
         httpd_req_finish(done, true);
         if (!c->keep_alive)
-            return conn_done(c);
+            return hc_done(c);
         c->state = C_HEAD;
         return STEP_AGAIN;
     }
     if (!c->req && c->close_after && c->state != C_LINGER)
-        return conn_done(c);
+        return hc_done(c);
     switch (c->state) {
+    case C_HANDSHAKE:
+        return step_handshake(c);
     case C_HEAD:
         return step_head(c);
     case C_BODY:
@@ -966,7 +1049,7 @@ static enum step conn_step(struct conn *c)
             c->req->client_gone = true;
             log_debug("http_client_gone", LF_STR("server", c->n->h->name),
                       LF_STR("path", c->req->path));
-            conn_close(c, false);
+            hc_close(c, false);
             return STEP_CLOSED;
         }
         return STEP_WAIT;
@@ -974,13 +1057,13 @@ static enum step conn_step(struct conn *c)
     return STEP_WAIT;
 }
 
-static void conn_run(struct conn *c)
+static void hc_run(struct hconn *c)
 {
     if (c->in_run)
         return;
     c->in_run = true;
     for (;;) {
-        enum step s = conn_step(c);
+        enum step s = hc_step(c);
         if (s == STEP_CLOSED)
             return;
         if (s == STEP_WAIT)
@@ -989,19 +1072,19 @@ static void conn_run(struct conn *c)
     c->in_run = false;
 }
 
-/* ---- transport interface --------------------------------------------------------------------- */
+/* ---- interface to the core (httpd_core.h) ------------------------------------------------------- */
 
-static void native_kick(struct httpd_req *req)
+void httpd_native_kick(struct httpd_req *req)
 {
-    struct conn *c = req->conn;
+    struct hconn *c = req->conn;
     if (!c || c->in_run)
         return; /* the running state machine picks it up */
     reactor_defer(c->n->h->r, &c->run);
 }
 
-static size_t native_unsent(const struct httpd_req *req)
+size_t httpd_native_unsent(const struct httpd_req *req)
 {
-    const struct conn *c = req->conn;
+    const struct hconn *c = req->conn;
     return c && c->req == req ? out_pending(c) : 0;
 }
 
@@ -1010,9 +1093,9 @@ static void on_sweep(struct reactor *r, void *arg)
     struct native *n = arg;
     int64_t now = reactor_now(r);
     int64_t idle = (int64_t)n->h->idle_timeout_s * 1000;
-    struct conn *next;
-    for (struct conn *c = n->conns; c; c = next) {
-        next = c->next;
+    struct list_head *pos, *tmp;
+    list_for_each_safe(pos, tmp, &n->conns) {
+        struct hconn *c = list_entry(pos, struct hconn, link);
         int64_t quiet = now - c->last_io;
         bool waiting_app = c->state == C_APP && out_pending(c) == 0;
         bool reading = (c->state == C_HEAD && c->rlen > 0) || c->state == C_BODY ||
@@ -1023,8 +1106,12 @@ static void on_sweep(struct reactor *r, void *arg)
             log_debug("http_slow_reader", LF_STR("server", n->h->name), LF_STR("peer", c->peer),
                       LF_INT("unsent", out_pending(c)));
         if (c->state == C_LINGER ? quiet > NATIVE_LINGER_MS
-                                 : too_slow || slow_reader || (!waiting_app && quiet > idle))
-            conn_close(c, c->state == C_LINGER || !c->req);
+                                 : too_slow || slow_reader || (!waiting_app && quiet > idle)) {
+            if (c->state == C_HANDSHAKE) /* a handshake that stalls (slowloris over TLS) */
+                log_info("tls_handshake_timeout", LF_STR("server", n->h->name),
+                         LF_STR("peer", c->peer), LF_INT("after_ms", quiet));
+            hc_close(c, c->state == C_LINGER || !c->req);
+        }
     }
 }
 
@@ -1037,9 +1124,9 @@ static void close_listener(struct native *n)
     }
 }
 
-static void native_shutdown(struct httpd *h)
+void httpd_native_shutdown(struct httpd *h)
 {
-    struct native *n = h->tp_state;
+    struct native *n = h->native;
     if (!n)
         return;
     close_listener(n);
@@ -1047,14 +1134,14 @@ static void native_shutdown(struct httpd *h)
     reactor_timer_stop(h->r, &n->sweep);
     reactor_timer_stop(h->r, &n->rearm);
     /* Answer what is pending, end streams, close idle and half-read connections. */
-    struct conn *next;
-    for (struct conn *c = n->conns; c; c = next) {
-        next = c->next;
+    struct list_head *pos, *tmp;
+    list_for_each_safe(pos, tmp, &n->conns) {
+        struct hconn *c = list_entry(pos, struct hconn, link);
         c->keep_alive = false;
         struct httpd_req *req = c->req;
         if (!req || !req->handled) {
             if (out_pending(c) == 0) {
-                conn_close(c, false);
+                hc_close(c, false);
                 continue;
             }
         } else if (!req->answered) {
@@ -1062,19 +1149,22 @@ static void native_shutdown(struct httpd *h)
         } else if (req->streaming && !req->stream_ended) {
             httpd_stream_end(req, false);
         }
-        c->writable = true;
-        conn_run(c);
+        conn_on_events(&c->c, EPOLLOUT);
+        hc_run(c); /* may close c (the safe walk allows it) */
     }
     int64_t deadline = util_mono_ms() + HTTPD_SHUTDOWN_FLUSH_MS;
-    while (n->conns) {
+    while (!list_empty(&n->conns)) {
         int64_t left = deadline - util_mono_ms();
         if (left <= 0)
             break;
         struct pollfd pf[64];
-        struct conn *pc[64];
+        struct hconn *pc[64];
         nfds_t k = 0;
-        for (struct conn *c = n->conns; c && k < 64; c = c->next) {
-            pf[k] = (struct pollfd){.fd = c->fd, .events = POLLOUT | POLLIN};
+        list_for_each(pos, &n->conns) {
+            if (k == 64)
+                break;
+            struct hconn *c = list_entry(pos, struct hconn, link);
+            pf[k] = (struct pollfd){.fd = c->c.fd, .events = POLLOUT | POLLIN};
             pc[k++] = c;
         }
         if (poll(pf, k, (int)MOTOR_MIN(left, 50)) < 0 && errno != EINTR)
@@ -1082,27 +1172,21 @@ static void native_shutdown(struct httpd *h)
         for (nfds_t i = 0; i < k; i++) {
             if (!pf[i].revents)
                 continue;
-            struct conn *c = pc[i];
+            struct hconn *c = pc[i];
             if (pf[i].revents & (POLLERR | POLLHUP)) {
-                conn_close(c, c->state == C_LINGER);
+                hc_close(c, c->state == C_LINGER);
                 continue;
             }
-            c->writable = (pf[i].revents & POLLOUT) != 0;
-            c->readable = (pf[i].revents & POLLIN) != 0;
-            conn_run(c);
+            conn_on_events(&c->c, ((pf[i].revents & POLLOUT) ? EPOLLOUT : 0) |
+                                      ((pf[i].revents & POLLIN) ? EPOLLIN : 0));
+            hc_run(c);
         }
     }
-    while (n->conns) /* a client that never read its answer */
-        conn_close(n->conns, false);
+    while (!list_empty(&n->conns)) /* a client that never read its answer */
+        hc_close(list_entry(list_first(&n->conns), struct hconn, link), false);
     free(n);
-    h->tp_state = NULL;
+    h->native = NULL;
 }
-
-static const struct httpd_transport native_transport = {
-    .kick = native_kick,
-    .unsent = native_unsent,
-    .shutdown = native_shutdown,
-};
 
 int httpd_native_start(struct httpd *h, const struct sockaddr *sa, socklen_t salen, bool reuse_port)
 {
@@ -1140,6 +1224,7 @@ int httpd_native_start(struct httpd *h, const struct sockaddr *sa, socklen_t sal
     struct native *n = xcalloc(1, sizeof(*n));
     n->h = h;
     n->lfd = fd;
+    list_init(&n->conns);
     reactor_deferred_init(&n->accept_more, on_accept_more, n);
     reactor_timer_init(&n->rearm, on_rearm, n);
     int rc = reactor_add_fd(h->r, fd, EPOLLIN, on_listen, n);
@@ -1150,7 +1235,6 @@ int httpd_native_start(struct httpd *h, const struct sockaddr *sa, socklen_t sal
     }
     reactor_timer_init(&n->sweep, on_sweep, n);
     reactor_timer_start(h->r, &n->sweep, NATIVE_SWEEP_MS, NATIVE_SWEEP_MS);
-    h->tp = &native_transport;
-    h->tp_state = n;
+    h->native = n;
     return 0;
 }

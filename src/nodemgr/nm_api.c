@@ -281,9 +281,12 @@ int nm_api_init(struct nodemgr *nm)
                 password[--len] = '\0';
             hc.tls_key_password = password;
         }
-        if (t->crl_file && *t->crl_file)
+        /* A CRL is checked against client certificates, so only with a CA. */
+        if (t->crl_file && *t->crl_file && hc.tls_ca_file)
+            hc.tls_crl_file = t->crl_file;
+        else if (t->crl_file && *t->crl_file)
             log_warn("mgmt_tls_crl_ignored", LF_STR("crl_file", t->crl_file),
-                     LF_STR("why", "certificate revocation lists are not supported"));
+                     LF_STR("why", "a CRL needs ca_file (client certificates are not verified)"));
     }
     nm->api = httpd_new(nm->r, &hc);
     free(password);

@@ -379,7 +379,9 @@ static const struct cfgtab_row tls_rows[] = {
     {"cert_file", CFGTAB_STRING, TOFF(cert_file), .def_s = "security/mgmt/cert/server.crt"},
     {"key_file", CFGTAB_STRING, TOFF(key_file), .def_s = "security/mgmt/keys/server.key"},
     {"passwd_file", CFGTAB_STRING, TOFF(passwd_file), .def_s = "security/mgmt/keys/key_pwd.txt"},
-    {"crl_file", CFGTAB_STRING, TOFF(crl_file), .def_s = "", .doc = "not supported (logged)"},
+    {"crl_file", CFGTAB_STRING, TOFF(crl_file), .def_s = "",
+     .doc = "PEM CRLs of the CA: a revoked client certificate fails the handshake (needs "
+            "ca_file)"},
 };
 static const struct cfgtab tls_table = CFGTAB_TABLE("tls", tls_rows, NULL);
 

@@ -1,9 +1,10 @@
-/* libFuzzer: httpd's request head parser and chunked body decoder (no sockets).
+/* libFuzzer: the request side of http1 (the one HTTP/1.1 parse module): the request head
+ * parser and the chunked decoder in both modes (no sockets).
  *
  * Input: the first two bytes choose split points; the rest is a byte stream as a client
  * would send it. Every buffer handed to the code under test is an exact-size heap copy,
  * so ASan reports any read past the input. Invariants checked:
- *   head: the length returned is within the input and within HTTPD_HEAD_MAX; every view
+ *   head: the length returned is within the input and within HTTP1_REQUEST_HEAD_MAX; every view
  *     lies inside the head; header count within its cap; names non-empty; no CR/LF in
  *     values; chunked excludes Content-Length; an HTTP/1.1 head has a host; the target
  *     is origin-form ('/...') or, for absolute-form, empty or '/...' or '?...' after a
@@ -12,8 +13,10 @@
  *     longer input (more bytes never change a finished head), and a prefix of it never
  *     parses as complete with a different length;
  *   chunked: feeding the body in two pieces gives the same result, the same output and
- *     the same consumed count as in one; output never exceeds input. */
-#include "common/httpd_internal.h"
+ *     the same consumed count as in one; output never exceeds input; strict mode (request
+ *     bodies) accepts nothing the tolerant mode (responses) would not, and where both
+ *     accept they agree byte for byte. */
+#include "common/http1.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -37,13 +40,13 @@ static void check_view(const char *base, size_t len, const char *p, size_t n)
 static void check_head(const uint8_t *data, size_t size, size_t cut)
 {
     char *buf = copy(data, size);
-    struct httpd_head hd;
-    int rc = httpd_parse_head(buf, size, &hd);
+    struct http1_request hd;
+    int rc = http1_parse_request(buf, size, &hd);
     if (rc > 0) {
         size_t n = (size_t)rc;
-        if (n > size || n > HTTPD_HEAD_MAX)
+        if (n > size || n > HTTP1_REQUEST_HEAD_MAX)
             abort();
-        if (hd.nhdrs > HTTPD_MAX_HEADERS || hd.method_len == 0 ||
+        if (hd.nfields > HTTP1_REQUEST_FIELDS_MAX || hd.method_len == 0 ||
             (hd.minor != 0 && hd.minor != 1))
             abort();
         if (hd.absolute_form ? hd.target_len > 0 && hd.target[0] != '/' && hd.target[0] != '?'
@@ -60,8 +63,8 @@ static void check_head(const uint8_t *data, size_t size, size_t cut)
         check_view(buf, n, hd.target, hd.target_len);
         if (hd.host)
             check_view(buf, n, hd.host, hd.host_len);
-        for (size_t i = 0; i < hd.nhdrs; i++) {
-            const struct httpd_hdr_view *h = &hd.hdrs[i];
+        for (size_t i = 0; i < hd.nfields; i++) {
+            const struct http1_field *h = &hd.fields[i];
             if (h->name_len == 0)
                 abort();
             check_view(buf, n, h->name, h->name_len);
@@ -73,37 +76,38 @@ static void check_head(const uint8_t *data, size_t size, size_t cut)
             abort();
         /* the exact head alone parses the same */
         char *exact = copy(data, n);
-        struct httpd_head h2;
-        if (httpd_parse_head(exact, n, &h2) != rc || h2.nhdrs != hd.nhdrs)
+        struct http1_request h2;
+        if (http1_parse_request(exact, n, &h2) != rc || h2.nfields != hd.nfields)
             abort();
         free(exact);
         /* a strict prefix is incomplete */
         if (cut < n) {
             char *pre = copy(data, cut);
-            int prc = httpd_parse_head(pre, cut, &h2);
+            int prc = http1_parse_request(pre, cut, &h2);
             if (prc > 0)
                 abort();
             free(pre);
         }
         /* decode the path and the query as the server does */
         char *dec = malloc(hd.target_len + 1);
-        int dl = httpd_url_decode(dec, hd.target, hd.target_len, true);
+        int dl = http1_url_decode(dec, hd.target, hd.target_len, true);
         if (dl > (int)hd.target_len || (dl >= 0 && dec[dl] != '\0'))
             abort();
         free(dec);
-    } else if (rc != 0 && rc != -EINVAL && rc != -EMSGSIZE && rc != -ENOTSUP &&
+    } else if (rc != 0 && rc != -EBADMSG && rc != -EMSGSIZE && rc != -ENOTSUP &&
                rc != -EPROTONOSUPPORT) {
         abort();
-    } else if (rc == 0 && size >= HTTPD_HEAD_MAX) {
+    } else if (rc == 0 && size >= HTTP1_REQUEST_HEAD_MAX) {
         abort(); /* a full buffer never waits for more */
     }
     free(buf);
 }
 
-static int decode_all(const uint8_t *data, size_t size, size_t cut, char **out, size_t *out_len,
-                      size_t *consumed)
+static int decode_all(const uint8_t *data, size_t size, size_t cut, unsigned flags, char **out,
+                      size_t *out_len, size_t *consumed)
 {
-    struct httpd_chunked c = {0};
+    struct http1_chunked c;
+    http1_chunked_init(&c, flags);
     char *res = malloc(size + 1);
     size_t rl = 0, total = 0;
     size_t pieces[2] = {cut, size - cut};
@@ -111,7 +115,7 @@ static int decode_all(const uint8_t *data, size_t size, size_t cut, char **out, 
     for (int k = 0; k < 2 && rc == 0; k++) {
         char *b = copy(data + total, pieces[k]);
         size_t used = 0, o = 0;
-        rc = httpd_chunked_decode(&c, b, pieces[k], &used, &o);
+        rc = http1_chunked_decode(&c, b, pieces[k], &used, &o);
         if (used > pieces[k] || o > used)
             abort();
         if (rc == 0 && used != pieces[k])
@@ -131,12 +135,23 @@ static void check_chunked(const uint8_t *data, size_t size, size_t cut)
 {
     char *a = NULL, *b = NULL;
     size_t al = 0, bl = 0, ac = 0, bc = 0;
-    int ra = decode_all(data, size, size, &a, &al, &ac);
-    int rb = decode_all(data, size, cut, &b, &bl, &bc);
+    int ra = decode_all(data, size, size, HTTP1_CHUNKED_STRICT, &a, &al, &ac);
+    int rb = decode_all(data, size, cut, HTTP1_CHUNKED_STRICT, &b, &bl, &bc);
     if (ra != rb || (ra >= 0 && (al != bl || ac != bc || memcmp(a, b, al) != 0)))
         abort();
     if (al > size)
         abort();
+    if (ra < 0 && ra != -EBADMSG && ra != -EMSGSIZE)
+        abort();
+    /* strict acceptance implies tolerant acceptance, of the same bytes */
+    char *t = NULL;
+    size_t tl = 0, tc = 0;
+    int rt = decode_all(data, size, cut, 0, &t, &tl, &tc);
+    if (ra == 1 && (rt != 1 || tl != al || tc != ac || memcmp(t, a, al) != 0))
+        abort();
+    if (rt == 1 && tl > size)
+        abort();
+    free(t);
     free(a);
     free(b);
 }
@@ -153,9 +168,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     check_head(data, size, cut1);
     check_chunked(data, size, cut2);
     /* the body after a head, as the server sees it */
-    struct httpd_head hd;
+    struct http1_request hd;
     char *buf = copy(data, size);
-    int rc = httpd_parse_head(buf, size, &hd);
+    int rc = http1_parse_request(buf, size, &hd);
     free(buf);
     if (rc > 0 && hd.chunked)
         check_chunked(data + rc, size - (size_t)rc, cut2 > (size_t)rc ? cut2 - (size_t)rc : 0);

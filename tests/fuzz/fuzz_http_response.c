@@ -1,19 +1,22 @@
-/* libFuzzer: the native HTTP client's response parsing (httpc_parse.c), no sockets.
+/* libFuzzer: the response side of http1 (the one HTTP/1.1 parse module), no sockets.
  *
  * Input: byte 0 seeds the split points, the rest is a response as a server would send
  * it. Checked:
  *  - the head parser, fed every prefix at the split points (each in an exact-size heap
  *    copy, so ASan catches any over-read), never claims more than it was given nor more
- *    than HTTPC_HEAD_MAX, and once it finds a head it finds the same head on longer
- *    input;
+ *    than HTTP1_RESPONSE_HEAD_MAX, and once it finds a head it finds the same head on longer
+ *    input, and a Content-Type it reports holds no control byte (the field rule of requests);
  *  - the chunked decoder, fed the bytes after the head in arbitrary pieces, never
  *    points outside its piece, consumes at least one byte per call until done, and
  *    respects its caps;
  *  - round trip: the input re-encoded as valid chunked framing (chunk sizes from the
  *    seed, with extensions and trailers) decodes, split anywhere, to exactly itself. */
-#include "common/httpc_internal.h"
+#include "common/http1.h"
+
+#include <errno.h>
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,8 +39,8 @@ static char *dup_exact(const uint8_t *p, size_t n)
 static int decode_split(const uint8_t *in, size_t len, uint32_t *seed, char *out, size_t outcap,
                         size_t *outlen)
 {
-    struct httpc_chunked d;
-    httpc_chunked_init(&d);
+    struct http1_chunked d;
+    http1_chunked_init(&d, 0);
     size_t pos = 0;
     while (pos < len && !d.done) {
         size_t piece = 1 + rnd(seed) % 64;
@@ -48,8 +51,10 @@ static int decode_split(const uint8_t *in, size_t len, uint32_t *seed, char *out
         while (off < piece && !d.done) {
             const char *data;
             size_t dl;
-            ssize_t k = httpc_chunked_step(&d, buf + off, piece - off, &data, &dl);
+            ssize_t k = http1_chunked_step(&d, buf + off, piece - off, &data, &dl);
             if (k < 0) {
+                if (k != -EBADMSG && k != -EMSGSIZE)
+                    abort();
                 free(buf);
                 return -1;
             }
@@ -62,7 +67,7 @@ static int decode_split(const uint8_t *in, size_t len, uint32_t *seed, char *out
                     memcpy(out + *outlen, data, dl);
                 *outlen += dl;
             }
-            if (d.trailers > HTTPC_TRAILERS_MAX || d.line > HTTPC_CHUNK_LINE_MAX)
+            if (d.trailers > HTTP1_TRAILERS_MAX || d.line > HTTP1_CHUNK_LINE_MAX)
                 abort();
             off += (size_t)k;
         }
@@ -82,21 +87,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     /* head parsing over growing prefixes */
     ssize_t found = 0;
-    struct httpc_head first;
+    struct http1_response first;
     size_t pos = 0;
     for (;;) {
         pos += 1 + rnd(&seed) % 97;
         if (pos > size)
             pos = size;
         char *buf = dup_exact(data, pos);
-        struct httpc_head h;
-        ssize_t r = httpc_parse_head(buf, pos, &h);
+        struct http1_response h;
+        ssize_t r = http1_parse_response(buf, pos, &h);
         free(buf);
+        if (r < 0 && r != -EBADMSG && r != -EMSGSIZE)
+            abort();
         if (r > 0) {
-            if ((size_t)r > pos || (size_t)r > HTTPC_HEAD_MAX)
+            if ((size_t)r > pos || (size_t)r > HTTP1_RESPONSE_HEAD_MAX)
                 abort();
             if (h.status < 100 || h.status > 999 || strlen(h.ctype) >= sizeof(h.ctype))
                 abort();
+            /* the field rule both directions share: no control byte in a value */
+            for (const char *c = h.ctype; *c; c++)
+                if (((unsigned char)*c < 0x20 && *c != '\t') || *c == 0x7f)
+                    abort();
             if (found && (r != found || h.status != first.status))
                 abort();
             if (!found) {

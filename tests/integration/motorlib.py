@@ -376,9 +376,10 @@ class Response:
 
 
 def http(method: str, url: str, body: Any = None, headers: Optional[dict[str, str]] = None,
-         timeout: float = 5.0, raw: Optional[bytes] = None) -> Response:
-    """One request. `body` is sent as JSON, `raw` as is. HTTP errors are returned, not
-    raised; transport failures raise (URLError, ConnectionError, socket.timeout)."""
+         timeout: float = 5.0, raw: Optional[bytes] = None, context: Any = None) -> Response:
+    """One request. `body` is sent as JSON, `raw` as is; `context`: an ssl.SSLContext for
+    https:// URLs. HTTP errors are returned, not raised; transport failures raise
+    (URLError, ConnectionError, socket.timeout)."""
     data = raw
     hdrs = dict(headers or {})
     if body is not None:
@@ -386,7 +387,7 @@ def http(method: str, url: str, body: Any = None, headers: Optional[dict[str, st
         hdrs.setdefault("Content-Type", "application/json")
     req = urllib.request.Request(url, data=data, method=method, headers=hdrs)
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
+        with urllib.request.urlopen(req, timeout=timeout, context=context) as r:
             return Response(r.status, {k.lower(): v for k, v in r.headers.items()}, r.read())
     except urllib.error.HTTPError as e:
         with e:

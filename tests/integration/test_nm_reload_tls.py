@@ -146,9 +146,12 @@ def test_tls_api_and_controller(procs, tmpdir_path):
         # Mutual TLS: no client certificate, no answer.
         with pytest.raises(Exception):
             tls_get(url, client_ctx(cert))
-        # Plain HTTP on the TLS port gets nowhere either.
-        with pytest.raises(Exception):
-            motorlib.get(f"http://127.0.0.1:{nm.port}/node-manager/status", timeout=2)
+        # Plain HTTP on the TLS port gets nowhere either: a plain 400 that says why (as
+        # nginx answers), never the API.
+        r = motorlib.get(f"http://127.0.0.1:{nm.port}/node-manager/status", timeout=2)
+        assert r.status == 400, r
+        assert "TLS port" in r.json()["detail"]
+        nm.wait_event("tls_handshake_failed", error="plain HTTP request on a TLS port")
 
         req = urllib.request.Request(f"https://127.0.0.1:{nm.port}/node-manager/start",
                                      data=json.dumps(start_body(cfg)).encode(), method="POST",

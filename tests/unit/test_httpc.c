@@ -1,6 +1,9 @@
 /* httpc against a tiny scripted HTTP/1.1 server running in threads of this process
  * (the real httpd is tested elsewhere; here the server must be able to misbehave on
- * cue: stall, stream slowly, send too much, hang up without answering). */
+ * cue: stall, stream slowly, send too much, hang up without answering). Every case runs
+ * twice: over http:// and over https:// (the scripted server then speaks TLS through
+ * OpenSSL, with the test CA's certificate, trusted through SSL_CERT_FILE as the system
+ * store would be). TLS-only cases are in test_httpc_tls.c. */
 #include "common/httpc.h"
 #include "common/reactor.h"
 #include "common/util.h"
@@ -27,9 +30,17 @@
 
 #include <cmocka.h>
 
+#include "tlsfix.h"
+
 /* ---- the scripted server ---------------------------------------------------------- */
 
 #define SRV_MAX_CONN 128
+
+static bool tls_mode;
+static const char *scheme(void)
+{
+    return tls_mode ? "https" : "http";
+}
 
 struct tsrv {
     int lfd;
@@ -43,6 +54,7 @@ struct tsrv {
     atomic_int requests; /* complete requests read */
     atomic_int aborted;  /* responses cut short because the client went away */
     atomic_bool stop;
+    SSL_CTX *tls; /* TLS mode: the server's context */
     /* what the last /echo request looked like (under mu) */
     char last_method[16];
     char last_ctype[64];
@@ -55,31 +67,23 @@ struct conn_arg {
     int idx;
 };
 
-static int send_all(int fd, const void *buf, size_t n)
+static int send_all(struct tio *t, const void *buf, size_t n)
 {
-    const char *p = buf;
-    while (n) {
-        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
+    return tio_send_all(t, buf, n);
 }
 
-static int send_str(int fd, const char *s)
+static int send_str(struct tio *t, const char *s)
 {
-    return send_all(fd, s, strlen(s));
+    return send_all(t, s, strlen(s));
 }
 
 /* Waits ms; -1 when the client hung up (or sent anything: curl does not pipeline)
  * or the server is stopping. */
-static int pause_or_abort(struct tsrv *s, int fd, int ms)
+static int pause_or_abort(struct tsrv *s, struct tio *t, int ms)
 {
-    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (tio_pending(t))
+        return -1;
+    struct pollfd p = {.fd = t->fd, .events = POLLIN};
     int rc = poll(&p, 1, ms);
     if (rc != 0 || atomic_load(&s->stop))
         return -1;
@@ -107,7 +111,7 @@ static bool has_prefix(const char *s, const char *prefix)
 }
 
 /* Returns 0 to keep the connection, -1 to close it. */
-static int serve_one(struct tsrv *s, int fd, const char *method, const char *path,
+static int serve_one(struct tsrv *s, struct tio *fd, const char *method, const char *path,
                      const char *headers, const char *body, size_t body_len)
 {
     char hdr[512];
@@ -215,6 +219,9 @@ static void *conn_main(void *argp)
     pthread_mutex_lock(&s->mu);
     int fd = s->fd[idx];
     pthread_mutex_unlock(&s->mu);
+    struct tio t;
+    if (tio_accept(&t, fd, s->tls) != 0)
+        goto done;
 
     /* grows to hold one whole request (head + body), up to a cap */
     size_t cap = 16384, have = 0;
@@ -224,7 +231,7 @@ static void *conn_main(void *argp)
         while (!(end = memmem(buf, have, "\r\n\r\n", 4))) {
             if (have == cap)
                 goto out;
-            ssize_t r = recv(fd, buf + have, cap - have, 0);
+            ssize_t r = tio_recv(&t, buf + have, cap - have);
             if (r <= 0)
                 goto out;
             have += (size_t)r;
@@ -246,7 +253,7 @@ static void *conn_main(void *argp)
             buf = xrealloc(buf, cap);
         }
         while (have < head_len + body_len) {
-            ssize_t r = recv(fd, buf + have, cap - have, 0);
+            ssize_t r = tio_recv(&t, buf + have, cap - have);
             if (r <= 0)
                 goto out;
             have += (size_t)r;
@@ -255,13 +262,15 @@ static void *conn_main(void *argp)
         if (sscanf(head, "%15s %1023s", method, path) != 2)
             goto out;
         atomic_fetch_add(&s->requests, 1);
-        if (serve_one(s, fd, method, path, head, buf + head_len, body_len) != 0)
+        if (serve_one(s, &t, method, path, head, buf + head_len, body_len) != 0)
             goto out;
         memmove(buf, buf + head_len + body_len, have - head_len - body_len);
         have -= head_len + body_len;
     }
 out:
     free(buf);
+    tio_end(&t, true); /* a TLS server says goodbye properly */
+done:
     pthread_mutex_lock(&s->mu);
     s->fd[idx] = -1;
     pthread_mutex_unlock(&s->mu);
@@ -311,6 +320,8 @@ static struct tsrv *tsrv_start(void)
 {
     struct tsrv *s = xcalloc(1, sizeof(*s));
     pthread_mutex_init(&s->mu, NULL);
+    if (tls_mode)
+        s->tls = tlsfix_server_ctx(tlsfix("srv.crt"), tlsfix("srv.key"), NULL);
     s->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     assert_true(s->lfd >= 0);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -340,6 +351,7 @@ static void tsrv_stop(struct tsrv *s)
     for (int i = 0; i < n; i++)
         pthread_join(s->thr[i], NULL);
     pthread_mutex_destroy(&s->mu);
+    SSL_CTX_free(s->tls);
     free(s);
 }
 
@@ -349,8 +361,6 @@ struct fx {
     struct reactor *r;
     struct httpc *c;
     struct tsrv *s;
-    pid_t child; /* a TLS server, killed in teardown even when a test fails */
-    char tmpdir[64];
 };
 
 static int setup(void **state)
@@ -370,19 +380,6 @@ static int teardown(void **state)
     struct fx *f = *state;
     httpc_free(f->c);
     tsrv_stop(f->s);
-    if (f->child > 0) {
-        kill(f->child, SIGKILL);
-        waitpid(f->child, NULL, 0);
-    }
-    if (f->tmpdir[0]) {
-        const char *names[] = {"cert.pem", "key.pem"};
-        for (size_t i = 0; i < ARRAY_LEN(names); i++) {
-            char *p = xasprintf("%s/%s", f->tmpdir, names[i]);
-            unlink(p);
-            free(p);
-        }
-        rmdir(f->tmpdir);
-    }
     reactor_free(f->r);
     free(f);
     return 0;
@@ -411,7 +408,7 @@ static struct echo_seen echo_seen(struct tsrv *s)
 
 static char *url(struct fx *f, const char *path)
 {
-    return xasprintf("http://127.0.0.1:%d%s", f->s->port, path);
+    return xasprintf("%s://127.0.0.1:%d%s", scheme(), f->s->port, path);
 }
 
 /* What one request saw. */
@@ -561,7 +558,7 @@ static void test_get(void **state)
     /* by name (curl's resolver runs on the loop too); done cancelling its own request
      * is a no-op that must not upset the count */
     struct res y = {.f = f};
-    u = xasprintf("http://localhost:%d/hello", f->s->port);
+    u = xasprintf("%s://localhost:%d/hello", scheme(), f->s->port);
     y.req = httpc_get(f->c, u, 5000, on_done, &y);
     y.cancel_in_done = y.req;
     free(u);
@@ -802,7 +799,7 @@ static void test_refused(void **state)
     socklen_t len = sizeof(sa);
     getsockname(fd, (struct sockaddr *)&sa, &len);
     close(fd);
-    char *u = xasprintf("http://127.0.0.1:%d/x", ntohs(sa.sin_port));
+    char *u = xasprintf("%s://127.0.0.1:%d/x", scheme(), ntohs(sa.sin_port));
     struct res x = {.f = f};
     httpc_get(f->c, u, 5000, on_done, &x);
     free(u);
@@ -1091,7 +1088,8 @@ static void test_free_in_flight(void **state)
     assert_int_equal(atomic_load(&f->s->requests), N + 1);
     /* one that never got to curl */
     struct res late = {.f = f};
-    httpc_get(f->c, "http://127.0.0.1:1/", 1000, on_done, &late);
+    httpc_get(f->c, tls_mode ? "https://127.0.0.1:1/" : "http://127.0.0.1:1/", 1000, on_done,
+              &late);
     int chunks = x[N].nchunks;
     httpc_free(f->c);
     f->c = NULL;
@@ -1260,6 +1258,8 @@ static void test_proxy_env_ignored(void **state)
     /* an operator's proxy (here: nothing listens there) must not capture our traffic */
     setenv("http_proxy", "http://127.0.0.1:1", 1);
     setenv("HTTP_PROXY", "http://127.0.0.1:1", 1);
+    setenv("https_proxy", "http://127.0.0.1:1", 1);
+    setenv("HTTPS_PROXY", "http://127.0.0.1:1", 1);
     setenv("ALL_PROXY", "http://127.0.0.1:1", 1);
     struct res x = {.f = f};
     char *u = url(f, "/hello");
@@ -1268,136 +1268,42 @@ static void test_proxy_env_ignored(void **state)
     run_until_int(f, &x.ncalls, 1, 5000);
     unsetenv("http_proxy");
     unsetenv("HTTP_PROXY");
+    unsetenv("https_proxy");
+    unsetenv("HTTPS_PROXY");
     unsetenv("ALL_PROXY");
     assert_int_equal(x.error, 0);
     assert_string_equal(x.body, "hello world");
     res_release(&x);
 }
 
-/* ---- TLS, against `openssl s_server` (skipped where the openssl tool is missing) ---- */
-
-static int run_wait(char *const argv[])
+static int group_plain(void **state)
 {
-    pid_t pid;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0)
-        return -rc;
-    int st;
-    if (waitpid(pid, &st, 0) < 0)
-        return -errno;
-    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -EIO;
+    tls_mode = false;
+    return 0;
 }
 
-/* Starts s_server requiring a client certificate signed by (= equal to) cert; returns
- * its port, or 0 when openssl is not available. */
-static int start_tls_server(struct fx *f, char **cert, char **key)
+static int group_tls(void **state)
 {
-    snprintf(f->tmpdir, sizeof(f->tmpdir), "/tmp/test_httpc.XXXXXX");
-    assert_non_null(mkdtemp(f->tmpdir));
-    *cert = xasprintf("%s/cert.pem", f->tmpdir);
-    *key = xasprintf("%s/key.pem", f->tmpdir);
-    char *gen[] = {"openssl",
-                   "req",
-                   "-x509",
-                   "-newkey",
-                   "ec",
-                   "-pkeyopt",
-                   "ec_paramgen_curve:prime256v1",
-                   "-nodes",
-                   "-keyout",
-                   *key,
-                   "-out",
-                   *cert,
-                   "-subj",
-                   "/CN=localhost",
-                   "-addext",
-                   "subjectAltName=IP:127.0.0.1",
-                   "-days",
-                   "1",
-                   NULL};
-    if (run_wait(gen) != 0)
-        return 0;
-    int pfd[2];
-    assert_int_equal(pipe2(pfd, O_CLOEXEC), 0);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_adddup2(&fa, pfd[1], 1);
-    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-    char *srv[] = {"openssl", "s_server", "-accept", "127.0.0.1:0", "-cert", *cert,  "-key",
-                   *key,      "-Verify",  "1",       "-CAfile",     *cert,   "-www", NULL};
-    int rc = posix_spawnp(&f->child, "openssl", &fa, NULL, srv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    close(pfd[1]);
-    assert_int_equal(rc, 0);
-    /* "ACCEPT 127.0.0.1:PORT" once it listens */
-    char line[256];
-    size_t have = 0;
-    int port = 0;
-    int64_t deadline = util_mono_ms() + 10000;
-    while (!port && util_mono_ms() < deadline && have < sizeof(line) - 1) {
-        struct pollfd p = {.fd = pfd[0], .events = POLLIN};
-        if (poll(&p, 1, 100) <= 0)
-            continue;
-        ssize_t r = read(pfd[0], line + have, sizeof(line) - 1 - have);
-        if (r <= 0)
-            break;
-        have += (size_t)r;
-        line[have] = '\0';
-        const char *a = strstr(line, "ACCEPT 127.0.0.1:");
-        if (a && strchr(a, '\n'))
-            port = (int)strtol(a + strlen("ACCEPT 127.0.0.1:"), NULL, 10);
-    }
-    close(pfd[0]);
-    assert_true(port > 0);
-    return port;
+    tls_mode = true;
+    if (tlsfix_make() != 0)
+        return -1;
+    /* the "system store" of httpc_get/httpc_post_json, which pass no TLS settings */
+    setenv("SSL_CERT_FILE", tlsfix("ca.crt"), 1);
+    return 0;
 }
 
-static void test_tls(void **state)
+static int group_tls_end(void **state)
 {
-    struct fx *f = *state;
-    char *cert = NULL, *key = NULL;
-    int port = start_tls_server(f, &cert, &key);
-    if (!port) {
-        free(cert);
-        free(key);
-        skip();
-    }
-    char *u = xasprintf("https://127.0.0.1:%d/", port);
-    struct httpc_tls ok = {.ca_file = cert, .cert_file = cert, .key_file = key};
-    struct httpc_tls no_client_cert = {.ca_file = cert};
-    struct httpc_tls insecure = {.cert_file = cert, .key_file = key, .insecure = true};
-    struct httpc_tls no_ca = {.cert_file = cert, .key_file = key};
-    const struct httpc_tls *cases[] = {&ok, &no_client_cert, &insecure, &no_ca, NULL};
-    const bool want_ok[] = {true, false, true, false, false};
-    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
-        struct res x = {.f = f};
-        struct httpc_opts o = {.url = u, .tls = cases[i], .timeout_ms = 5000};
-        httpc_request(f->c, &o, on_done, &x);
-        run_until_int(f, &x.ncalls, 1, 6000);
-        assert_int_equal(x.ncalls, 1);
-        if (want_ok[i]) {
-            assert_int_equal(x.error, 0);
-            assert_int_equal(x.status, 200);
-            assert_non_null(strstr(x.body, "s_server"));
-        } else {
-            assert_true(x.error < 0);
-            assert_true(strlen(x.error_text) > 0);
-        }
-        res_release(&x);
-    }
-    free(u);
-    free(cert);
-    free(key);
+    unsetenv("SSL_CERT_FILE");
+    tlsfix_cleanup();
+    return 0;
 }
 
 int main(void)
 {
+    signal(SIGPIPE, SIG_IGN); /* the scripted server's OpenSSL writes with write(2) */
+    if (getenv("TEST_ONLY")) /* a glob, for working on one case */
+        cmocka_set_test_filter(getenv("TEST_ONLY"));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_get, setup, teardown),
         cmocka_unit_test_setup_teardown(test_post_json, setup, teardown),
@@ -1425,7 +1331,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_close_without_response, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_request, setup, teardown),
         cmocka_unit_test_setup_teardown(test_proxy_env_ignored, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_tls, setup, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    int failed = cmocka_run_group_tests_name("http", tests, group_plain, NULL);
+    failed += cmocka_run_group_tests_name("https", tests, group_tls, group_tls_end);
+    return failed;
 }

@@ -1,9 +1,10 @@
-/* httpc's native HTTP/1.1 backend: the pure parsers (URL, response head, chunked
- * decoding) and the transport against a tiny in-test server whose responses each test
+/* httpc's HTTP/1.1 connections against a tiny in-test server whose responses each test
  * scripts byte by byte (interim 1xx, split chunks, close-delimited bodies, stale
- * keep-alive connections). test_httpc.c covers the public contract end to end. */
+ * keep-alive connections). Every case runs twice, over http:// and over https:// (the
+ * scripted server speaking TLS through OpenSSL; the client trusting the test CA through
+ * SSL_CERT_FILE). test_httpc.c covers the public contract end to end, test_http1.c the
+ * parsers, test_httpc_tls.c the TLS-only cases. */
 #include "common/httpc.h"
-#include "common/httpc_internal.h"
 #include "common/reactor.h"
 #include "common/util.h"
 
@@ -13,6 +14,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -25,148 +27,13 @@
 
 #include <cmocka.h>
 
-/* ---- parsers ------------------------------------------------------------------------ */
+#include "tlsfix.h"
 
-static void test_url_parse(void **state)
+static bool tls_mode;
+
+static const char *scheme(void)
 {
-    (void)state;
-    struct httpc_url u;
-    const char *why;
-    assert_int_equal(httpc_url_parse("http://127.0.0.1:8080/v1/x?y=1#frag", &u, &why), 0);
-    assert_string_equal(u.host, "127.0.0.1");
-    assert_int_equal(u.port, 8080);
-    assert_int_equal(u.path_len, strlen("/v1/x?y=1"));
-    assert_memory_equal(u.path, "/v1/x?y=1", u.path_len);
-    assert_int_equal(httpc_url_parse("HTTP://Example.com", &u, &why), 0);
-    assert_int_equal(u.port, 80);
-    assert_int_equal(u.path_len, 0);
-    assert_int_equal(httpc_url_parse("http://[::1]:9/a", &u, &why), 0);
-    assert_true(u.ipv6);
-    assert_string_equal(u.host, "::1");
-    assert_int_equal(u.port, 9);
-    assert_int_equal(httpc_url_parse("http://h?q", &u, &why), 0);
-    assert_memory_equal(u.path, "?q", 2);
-    assert_int_equal(httpc_url_parse("https://h/", &u, &why), 0);
-    assert_true(u.https);
-    assert_int_equal(u.port, 443);
-    const char *bad[] = {"", "h:80/x", "http://", "http://:80/", "http://h:0/", "http://h:65536/",
-                         "http://h:8x/", "http://u@h/", "http://h/a b", "http://h/\r\nX: y",
-                         "http://[::1/", "http://h!/", "http://[]/"};
-    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
-        assert_int_equal(httpc_url_parse(bad[i], &u, &why), -EINVAL);
-        assert_true(strlen(why) > 0);
-    }
-    assert_int_equal(httpc_url_parse("ftp://h/", &u, &why), -EPROTONOSUPPORT);
-}
-
-static void test_parse_head(void **state)
-{
-    (void)state;
-    struct httpc_head h;
-    const char *r = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: 12\r\n"
-                    "Connection: keep-alive\r\n\r\nbody";
-    ssize_t n = httpc_parse_head(r, strlen(r), &h);
-    assert_int_equal(n, strlen(r) - 4);
-    assert_int_equal(h.status, 200);
-    assert_int_equal(h.content_length, 12);
-    assert_true(h.has_ctype);
-    assert_string_equal(h.ctype, "text/event-stream");
-    assert_int_equal(httpc_body_kind(&h, false), HTTPC_BODY_LENGTH);
-    assert_int_equal(httpc_body_kind(&h, true), HTTPC_BODY_NONE);
-    assert_true(httpc_head_reusable(&h));
-    /* every proper prefix is incomplete */
-    for (size_t k = 0; k < (size_t)n; k++)
-        assert_int_equal(httpc_parse_head(r, k, &h), 0);
-
-    r = "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\nContent-Length: 5\r\n\r\n";
-    assert_true(httpc_parse_head(r, strlen(r), &h) > 0);
-    assert_int_equal(httpc_body_kind(&h, false), HTTPC_BODY_CHUNKED);
-    r = "HTTP/1.0 200 OK\nServer: x\n\n";
-    assert_int_equal(httpc_parse_head(r, strlen(r), &h), strlen(r));
-    assert_int_equal(httpc_body_kind(&h, false), HTTPC_BODY_CLOSE);
-    assert_false(httpc_head_reusable(&h));
-    r = "HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n";
-    assert_true(httpc_parse_head(r, strlen(r), &h) > 0);
-    assert_int_equal(httpc_body_kind(&h, false), HTTPC_BODY_NONE);
-    assert_false(httpc_head_reusable(&h));
-    r = "HTTP/1.1 100 Continue\r\n\r\n";
-    assert_true(httpc_parse_head(r, strlen(r), &h) > 0);
-    assert_int_equal(h.status, 100);
-
-    const char *bad[] = {
-        "HTTP/2 200 OK\r\n\r\n",
-        "HTTP/1.1 20 OK\r\n\r\n",
-        "HTTP/1.1 2000 OK\r\n\r\n",
-        "HTTP/1.1 099 x\r\n\r\n",
-        "ICY 200 OK\r\n\r\n",
-        "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
-        "HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
-        "HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999\r\n\r\n",
-        "HTTP/1.1 200 OK\r\n folded: x\r\n\r\n",
-        "HTTP/1.1 200 OK\r\nno colon\r\n\r\n",
-    };
-    for (size_t i = 0; i < ARRAY_LEN(bad); i++)
-        assert_int_equal(httpc_parse_head(bad[i], strlen(bad[i]), &h), -EPROTO);
-
-    /* no end within the cap */
-    size_t big = HTTPC_HEAD_MAX + 10;
-    char *b = xmalloc(big);
-    memset(b, 'a', big);
-    memcpy(b, "HTTP/1.1 200 OK\r\nX: ", 20);
-    assert_int_equal(httpc_parse_head(b, big, &h), -EPROTO);
-    assert_int_equal(httpc_parse_head(b, HTTPC_HEAD_MAX - 1, &h), 0);
-    free(b);
-}
-
-/* Decodes s fed in pieces of `piece` bytes; returns the decoder's verdict. */
-static int decode(const char *s, size_t piece, char *out, size_t *outlen)
-{
-    struct httpc_chunked d;
-    httpc_chunked_init(&d);
-    size_t len = strlen(s), pos = 0;
-    *outlen = 0;
-    while (pos < len && !d.done) {
-        size_t k = MOTOR_MIN(piece, len - pos);
-        size_t off = 0;
-        while (off < k && !d.done) {
-            const char *data;
-            size_t dl;
-            ssize_t r = httpc_chunked_step(&d, s + pos + off, k - off, &data, &dl);
-            if (r < 0)
-                return (int)r;
-            if (dl)
-                memcpy(out + *outlen, data, dl);
-            *outlen += dl;
-            off += (size_t)r;
-        }
-        pos += k;
-    }
-    return d.done ? 1 : 0;
-}
-
-static void test_chunked(void **state)
-{
-    (void)state;
-    const char *enc = "5\r\nhello\r\n6;name=value\r\n world\r\nA\r\n0123456789\r\n0\r\nX-T: 1\r\n\r\n";
-    char out[64];
-    size_t n;
-    for (size_t piece = 1; piece <= strlen(enc); piece++) {
-        assert_int_equal(decode(enc, piece, out, &n), 1);
-        assert_int_equal(n, 21);
-        assert_memory_equal(out, "hello world0123456789", 21);
-    }
-    assert_int_equal(decode("3\nabc\n0\n\n", 1, out, &n), 1); /* bare LF */
-    assert_int_equal(decode("5\r\nhel", 2, out, &n), 0);      /* incomplete */
-    const char *bad[] = {"x\r\n", "\r\n", "5\r\nhelloX\r\n", "12345678901234567\r\n", "5\rx"};
-    for (size_t i = 0; i < ARRAY_LEN(bad); i++)
-        assert_int_equal(decode(bad[i], 3, out, &n), -EPROTO);
-    /* size line cap */
-    char *longext = xmalloc(HTTPC_CHUNK_LINE_MAX + 16);
-    memset(longext, 'e', HTTPC_CHUNK_LINE_MAX + 15);
-    memcpy(longext, "1;", 2);
-    longext[HTTPC_CHUNK_LINE_MAX + 15] = '\0';
-    assert_int_equal(decode(longext, 100, out, &n), -EPROTO);
-    free(longext);
+    return tls_mode ? "https" : "http";
 }
 
 /* ---- a scripted server --------------------------------------------------------------- */
@@ -176,7 +43,7 @@ static void test_chunked(void **state)
 struct srv;
 /* Answers one request (its head, NUL-terminated; body skipped). 0 keeps the connection,
  * -1 closes it. nth counts requests on this connection from 0. */
-typedef int (*srv_handler)(struct srv *s, int fd, const char *head, int nth);
+typedef int (*srv_handler)(struct srv *s, struct tio *t, const char *head, int nth);
 
 struct srv {
     int lfd, port;
@@ -187,6 +54,7 @@ struct srv {
     atomic_int accepted, requests, closed;
     atomic_bool stop;
     srv_handler handler;
+    SSL_CTX *tls; /* TLS mode: the server's context */
     pthread_mutex_t mu;
     char last_head[2048];
     char last_body[256];
@@ -197,17 +65,9 @@ struct carg {
     int fd;
 };
 
-static int wr(int fd, const char *s)
+static int wr(struct tio *t, const char *s)
 {
-    size_t n = strlen(s);
-    while (n) {
-        ssize_t w = send(fd, s, n, MSG_NOSIGNAL);
-        if (w <= 0)
-            return -1;
-        s += w;
-        n -= (size_t)w;
-    }
-    return 0;
+    return tio_send_all(t, s, strlen(s));
 }
 
 static void *conn_main(void *p)
@@ -216,6 +76,12 @@ static void *conn_main(void *p)
     struct srv *s = a->s;
     int fd = a->fd;
     free(a);
+    struct tio t;
+    if (tio_accept(&t, fd, s->tls) != 0) {
+        shutdown(fd, SHUT_RDWR);
+        atomic_fetch_add(&s->closed, 1);
+        return NULL;
+    }
     char buf[8192];
     size_t have = 0;
     for (int nth = 0;; nth++) {
@@ -223,7 +89,7 @@ static void *conn_main(void *p)
         while (!(end = memmem(buf, have, "\r\n\r\n", 4))) {
             if (have == sizeof(buf))
                 goto out;
-            ssize_t r = recv(fd, buf + have, sizeof(buf) - have, 0);
+            ssize_t r = tio_recv(&t, buf + have, sizeof(buf) - have);
             if (r <= 0)
                 goto out;
             have += (size_t)r;
@@ -241,7 +107,7 @@ static void *conn_main(void *p)
         if (hl + bl > sizeof(buf))
             goto out;
         while (have < hl + bl) {
-            ssize_t r = recv(fd, buf + have, sizeof(buf) - have, 0);
+            ssize_t r = tio_recv(&t, buf + have, sizeof(buf) - have);
             if (r <= 0)
                 goto out;
             have += (size_t)r;
@@ -253,13 +119,13 @@ static void *conn_main(void *p)
         s->last_body[k] = '\0';
         pthread_mutex_unlock(&s->mu);
         atomic_fetch_add(&s->requests, 1);
-        if (s->handler(s, fd, head, nth) != 0)
+        if (s->handler(s, &t, head, nth) != 0)
             goto out;
         memmove(buf, buf + hl + bl, have - hl - bl);
         have -= hl + bl;
     }
 out:
-    shutdown(fd, SHUT_RDWR);
+    tio_end(&t, true); /* close_notify: a close-delimited body ends cleanly */
     atomic_fetch_add(&s->closed, 1);
     return NULL;
 }
@@ -290,10 +156,16 @@ static void *accept_main(void *p)
     }
 }
 
+static SSL_CTX *srv_tls(void)
+{
+    return tls_mode ? tlsfix_server_ctx(tlsfix("srv.crt"), tlsfix("srv.key"), NULL) : NULL;
+}
+
 static struct srv *srv_start(srv_handler h)
 {
     struct srv *s = xcalloc(1, sizeof(*s));
     s->handler = h;
+    s->tls = srv_tls();
     pthread_mutex_init(&s->mu, NULL);
     s->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -318,6 +190,7 @@ static struct srv *srv_start6(srv_handler h)
     }
     struct srv *s = xcalloc(1, sizeof(*s));
     s->handler = h;
+    s->tls = srv_tls();
     pthread_mutex_init(&s->mu, NULL);
     s->lfd = fd;
     socklen_t len = sizeof(sa);
@@ -341,6 +214,7 @@ static void srv_stop(struct srv *s)
         close(s->cfd[i]);
     }
     pthread_mutex_destroy(&s->mu);
+    SSL_CTX_free(s->tls);
     free(s);
 }
 
@@ -439,7 +313,7 @@ static void fx_free(struct fx *f)
 static void fetch(struct fx *f, struct res *x, const char *host, const char *path,
                   const struct httpc_opts *tmpl)
 {
-    char *u = xasprintf("http://%s:%d%s", host, f->s->port, path);
+    char *u = xasprintf("%s://%s:%d%s", scheme(), host, f->s->port, path);
     struct httpc_opts o = tmpl ? *tmpl : (struct httpc_opts){0};
     o.url = u;
     if (!o.timeout_ms)
@@ -453,7 +327,7 @@ static void fetch(struct fx *f, struct res *x, const char *host, const char *pat
 
 /* ---- handlers ---------------------------------------------------------------------------- */
 
-static int h_hello(struct srv *s, int fd, const char *head, int nth)
+static int h_hello(struct srv *s, struct tio *fd, const char *head, int nth)
 {
     if (strncmp(head, "HEAD ", 5) == 0)
         return wr(fd, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n");
@@ -461,34 +335,34 @@ static int h_hello(struct srv *s, int fd, const char *head, int nth)
 }
 
 /* Answers as if keeping the connection, then closes it. */
-static int h_answer_then_close(struct srv *s, int fd, const char *head, int nth)
+static int h_answer_then_close(struct srv *s, struct tio *fd, const char *head, int nth)
 {
     wr(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
     return -1;
 }
 
 /* Says Connection: close but leaves the socket open. */
-static int h_conn_close(struct srv *s, int fd, const char *head, int nth)
+static int h_conn_close(struct srv *s, struct tio *fd, const char *head, int nth)
 {
     return wr(fd, "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok");
 }
 
-static int h_chunked_slow(struct srv *s, int fd, const char *head, int nth)
+static int h_chunked_slow(struct srv *s, struct tio *fd, const char *head, int nth)
 {
     const char *r = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
                     "5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\nX-Trailer: 1\r\n\r\n";
     size_t hl = strstr(r, "\r\n\r\n") - r + 4;
-    if (send(fd, r, hl, MSG_NOSIGNAL) != (ssize_t)hl)
+    if (tio_send_all(fd, r, hl) != 0)
         return -1;
     for (const char *p = r + hl; *p; p++) {
-        if (send(fd, p, 1, MSG_NOSIGNAL) != 1)
+        if (tio_send(fd, p, 1) != 1)
             return -1;
         usleep(500);
     }
     return 0;
 }
 
-static int h_close_delimited(struct srv *s, int fd, const char *head, int nth)
+static int h_close_delimited(struct srv *s, struct tio *fd, const char *head, int nth)
 {
     wr(fd, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil ");
     usleep(20000);
@@ -496,13 +370,13 @@ static int h_close_delimited(struct srv *s, int fd, const char *head, int nth)
     return -1;
 }
 
-static int h_interim(struct srv *s, int fd, const char *head, int nth)
+static int h_interim(struct srv *s, struct tio *fd, const char *head, int nth)
 {
     return wr(fd, "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n"
                   "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
 }
 
-static int h_huge_head(struct srv *s, int fd, const char *head, int nth)
+static int h_huge_head(struct srv *s, struct tio *fd, const char *head, int nth)
 {
     if (wr(fd, "HTTP/1.1 200 OK\r\n"))
         return -1;
@@ -519,7 +393,7 @@ static int h_huge_head(struct srv *s, int fd, const char *head, int nth)
     return -1;
 }
 
-static int h_stream_forever(struct srv *s, int fd, const char *head, int nth)
+static int h_stream_forever(struct srv *s, struct tio *fd, const char *head, int nth)
 {
     if (wr(fd, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"))
         return -1;
@@ -531,7 +405,7 @@ static int h_stream_forever(struct srv *s, int fd, const char *head, int nth)
     return -1;
 }
 
-static int h_echo(struct srv *s, int fd, const char *head, int nth)
+static int h_echo(struct srv *s, struct tio *fd, const char *head, int nth)
 {
     return wr(fd, "HTTP/1.1 201 Created\r\nContent-Length: 0\r\n\r\n");
 }
@@ -758,7 +632,8 @@ static void test_resolver_thread(void **state)
     struct fx *f = fx_new(h_hello);
     /* .invalid never resolves (RFC 6761): the lookup runs off the loop and fails */
     struct res x = {.f = f};
-    x.req = httpc_get(f->c, "http://motor-test.invalid/x", 3000, on_done, &x);
+    x.req = httpc_get(f->c, tls_mode ? "https://motor-test.invalid/x" : "http://motor-test.invalid/x",
+                      3000, on_done, &x);
     run_until(f, &x.ncalls, 1, 5000);
     assert_int_equal(x.ncalls, 1);
     assert_true(x.error == -EIO || x.error == -ETIMEDOUT);
@@ -779,7 +654,7 @@ static void test_cancel_inside_chunk_then_reuse(void **state)
     (void)state;
     struct fx *f = fx_new(h_stream_forever);
     struct res x = {.cancel_at_chunk = 3};
-    char *u = xasprintf("http://127.0.0.1:%d/", f->s->port);
+    char *u = xasprintf("%s://127.0.0.1:%d/", scheme(), f->s->port);
     struct httpc_opts o = {.url = u, .on_chunk = on_chunk, .timeout_ms = 5000};
     x.f = f;
     x.req = httpc_request(f->c, &o, on_done, &x);
@@ -803,7 +678,7 @@ static void test_free_from_done_with_pool(void **state)
     struct res a = {0};
     fetch(f, &a, "127.0.0.1", "/", NULL); /* leaves an idle connection */
     struct res x = {.free_in_done = true}, y = {0};
-    char *u = xasprintf("http://127.0.0.1:%d/", f->s->port);
+    char *u = xasprintf("%s://127.0.0.1:%d/", scheme(), f->s->port);
     x.f = y.f = f;
     httpc_get(f->c, u, 5000, on_done, &x);
     httpc_get(f->c, u, 5000, on_done, &y);
@@ -823,7 +698,7 @@ static void test_many_concurrent(void **state)
     struct fx *f = fx_new(h_hello);
     enum { N = 40, ROUNDS = 5 };
     struct res *x = xcalloc(N, sizeof(*x));
-    char *u = xasprintf("http://127.0.0.1:%d/", f->s->port);
+    char *u = xasprintf("%s://127.0.0.1:%d/", scheme(), f->s->port);
     int done = 0;
     for (int round = 0; round < ROUNDS; round++) {
         for (int i = 0; i < N; i++) {
@@ -854,12 +729,34 @@ static void test_many_concurrent(void **state)
     fx_free(f);
 }
 
+static int group_plain(void **state)
+{
+    tls_mode = false;
+    return 0;
+}
+
+static int group_tls(void **state)
+{
+    tls_mode = true;
+    if (tlsfix_make() != 0)
+        return -1;
+    setenv("SSL_CERT_FILE", tlsfix("ca.crt"), 1); /* the client's "system store" */
+    return 0;
+}
+
+static int group_tls_end(void **state)
+{
+    unsetenv("SSL_CERT_FILE");
+    tlsfix_cleanup();
+    return 0;
+}
+
 int main(void)
 {
+    signal(SIGPIPE, SIG_IGN); /* the scripted server's OpenSSL writes with write(2) */
+    if (getenv("TEST_ONLY")) /* a glob, for working on one case */
+        cmocka_set_test_filter(getenv("TEST_ONLY"));
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_url_parse),
-        cmocka_unit_test(test_parse_head),
-        cmocka_unit_test(test_chunked),
         cmocka_unit_test(test_keepalive_one_connection),
         cmocka_unit_test(test_stale_connection_retried),
         cmocka_unit_test(test_connection_close_honoured),
@@ -875,5 +772,7 @@ int main(void)
         cmocka_unit_test(test_free_from_done_with_pool),
         cmocka_unit_test(test_many_concurrent),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    int failed = cmocka_run_group_tests_name("http", tests, group_plain, NULL);
+    failed += cmocka_run_group_tests_name("https", tests, group_tls, group_tls_end);
+    return failed;
 }

@@ -1,9 +1,13 @@
-/* httpc without libcurl: an https request completes with a clear error (dynlib's
- * message), plain http keeps working, nothing crashes. libcurl is made unloadable by
- * defining dlopen in this executable: motor_core is linked statically, so dynlib's
- * dlopen binds to this one, which refuses any libcurl and forwards everything else. */
+/* TLS without libssl: an https request completes with a clear error (dynlib's message),
+ * a TLS listener refuses to start with ENOTSUP, plain HTTP keeps working, nothing
+ * crashes. libssl is made unloadable by defining dlopen in this executable: motor_core
+ * is linked statically, so dynlib's dlopen binds to this one, which refuses libssl and
+ * forwards everything else. (This test must not link OpenSSL itself.) */
 #include "common/httpc.h"
+#include "common/httpd.h"
+#include "common/log.h"
 #include "common/reactor.h"
+#include "common/tls.h"
 #include "common/util.h"
 
 #include <dlfcn.h>
@@ -17,12 +21,12 @@
 
 #include <cmocka.h>
 
-static int curl_attempts;
+static int ssl_attempts;
 
 void *dlopen(const char *file, int mode)
 {
-    if (file && strstr(file, "libcurl")) {
-        curl_attempts++;
+    if (file && strstr(file, "libssl")) {
+        ssl_attempts++;
         return NULL;
     }
     void *(*real)(const char *, int) = (void *(*)(const char *, int))dlsym(RTLD_NEXT, "dlopen");
@@ -32,7 +36,7 @@ void *dlopen(const char *file, int mode)
 struct res {
     int ncalls;
     int error;
-    char text[256];
+    char text[512];
 };
 
 static void on_done(const struct httpc_response *resp, void *arg)
@@ -50,7 +54,7 @@ static void run_until(struct reactor *r, const int *counter, int ms)
         reactor_run_once(r, 10);
 }
 
-static void test_https_without_libcurl(void **state)
+static void test_https_without_libssl(void **state)
 {
     (void)state;
     struct reactor *r = reactor_new();
@@ -63,10 +67,11 @@ static void test_https_without_libcurl(void **state)
         run_until(r, &x.ncalls, 3000);
         assert_int_equal(x.ncalls, 1);
         assert_int_equal(x.error, -EIO);
-        assert_non_null(strstr(x.text, "libcurl is not available"));
+        assert_non_null(strstr(x.text, "is not available"));
     }
-    assert_true(curl_attempts >= 1);
-    /* plain http does not need libcurl */
+    assert_true(ssl_attempts >= 1);
+    assert_false(tls_loaded());
+    /* plain http does not need libssl */
     struct res y = {0};
     httpc_get(c, "http://127.0.0.1:1/x", 2000, on_done, &y);
     run_until(r, &y.ncalls, 3000);
@@ -77,10 +82,31 @@ static void test_https_without_libcurl(void **state)
     reactor_free(r);
 }
 
+static void test_tls_listener_without_libssl(void **state)
+{
+    (void)state;
+    struct reactor *r = reactor_new();
+    /* the files need not exist: libssl is the first thing missing */
+    struct httpd_config cfg = {.name = "t-nolib",
+                               .tls_cert_file = "/nonexistent/srv.crt",
+                               .tls_key_file = "/nonexistent/srv.key"};
+    errno = 0;
+    assert_null(httpd_new(r, &cfg));
+    assert_int_equal(errno, ENOTSUP);
+    struct httpd_config plain = {.name = "t-nolib-plain"};
+    struct httpd *h = httpd_new(r, &plain);
+    assert_non_null(h);
+    assert_false(httpd_is_tls(h));
+    httpd_free(h);
+    reactor_free(r);
+}
+
 int main(void)
 {
+    log_set_level(LOG_ERROR);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_https_without_libcurl),
+        cmocka_unit_test(test_https_without_libssl),
+        cmocka_unit_test(test_tls_listener_without_libssl),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
