@@ -3,10 +3,12 @@
 # Usage: scripts/deps.sh [extra-package ...]
 set -euo pipefail
 
+# python3-zmq (pyzmq on libzmq) and python3-msgpack: peers nobody here wrote, for the
+# interop tests of src/common/zmtp and msgpk (tests/integration/test_zmtp_interop.py).
 packages=(build-essential pkg-config cmake ninja-build
   libmicrohttpd-dev libcurl4-openssl-dev libjansson-dev libcmocka-dev libsqlite3-dev
   libgnutls28-dev curl python3 python3-pytest clang libclang-rt-14-dev
-  procps iproute2 etcd-server etcd-client python3-yaml "$@")
+  procps iproute2 etcd-server etcd-client python3-yaml python3-zmq python3-msgpack "$@")
 
 # The OpenAI client test runs the `openai` npm package: Node.js from Debian only when the
 # machine has no node/npm of its own (a newer one installed elsewhere is left alone).
