@@ -16,6 +16,7 @@ struct block {
     uint32_t prev, next; /* LRU list of unpinned cached blocks */
     uint32_t hnext;      /* hash chain */
     bool used;
+    bool in_lru;
 };
 
 struct sim_cache {
@@ -149,6 +150,9 @@ static void emit(struct sim_cache *c, enum sim_cache_ev kind, const uint8_t *has
 static void lru_unlink(struct sim_cache *c, uint32_t i)
 {
     struct block *b = &c->b[i];
+    if (!b->in_lru)
+        return;
+    b->in_lru = false;
     if (b->prev != NIL)
         c->b[b->prev].next = b->next;
     else
@@ -163,6 +167,7 @@ static void lru_unlink(struct sim_cache *c, uint32_t i)
 static void lru_push_tail(struct sim_cache *c, uint32_t i)
 {
     struct block *b = &c->b[i];
+    b->in_lru = true;
     b->next = NIL;
     b->prev = c->lru_tail;
     if (c->lru_tail != NIL)
@@ -250,6 +255,7 @@ static bool add_block(struct sim_cache *c, struct sim_cache_seq *q, const int32_
     struct block *b = &c->b[i];
     memcpy(b->hash, h, SIM_CACHE_HASH_LEN);
     b->used = true;
+    b->in_lru = false;
     b->refs = 0;
     b->prev = b->next = NIL;
     uint32_t *bucket = &c->buckets[key(h) & (c->n_buckets - 1)];
@@ -326,6 +332,7 @@ int sim_cache_reset(struct sim_cache *c)
         c->buckets[i] = NIL;
     for (size_t i = 0; i < c->cap; i++) {
         c->b[i].used = false;
+        c->b[i].in_lru = false;
         c->b[i].next = i + 1 < c->cap ? (uint32_t)(i + 1) : NIL;
     }
     c->free_head = 0;

@@ -68,8 +68,9 @@ json_t *sim_fmt_response(const struct sim_fmt_meta *m, const char *status, const
 {
     json_t *out = json_array();
     if (text)
-        json_array_append_new(out, message_item(m, strcmp(status, "in_progress") ? "completed"
-                                                                                 : "in_progress",
+        json_array_append_new(out, message_item(m, !strcmp(status, "in_progress")   ? "in_progress"
+                                                   : !strcmp(status, "incomplete") ? "incomplete"
+                                                                                   : "completed",
                                                 text, logprobs));
     else
         json_decref(logprobs);
@@ -129,7 +130,8 @@ void sim_fmt_resp_close(struct strbuf *sb, const struct sim_fmt_meta *m, const c
                   seq);
     sim_fmt_event(sb, "response.output_item.done",
                   json_pack("{s:i, s:o}", "output_index", 0, "item",
-                            message_item(m, "completed", text, NULL)),
+                            message_item(m, !strcmp(status, "incomplete") ? "incomplete" : "completed",
+                                         text, NULL)),
                   seq);
     const char *ev = !strcmp(status, "incomplete") ? "response.incomplete" : "response.completed";
     sim_fmt_event(sb, ev,

@@ -269,6 +269,15 @@ void sim_text_logprobs(enum sim_mode mode, uint64_t seed, int i, int32_t sampled
         break;
     }
     }
+    /* ranked: descending; the sampled token takes its rank's probability */
+    for (int a = 1; a < slots; a++)
+        for (int b = a; b > 0 && p[b] > p[b - 1]; b--) {
+            double t = p[b];
+            p[b] = p[b - 1];
+            p[b - 1] = t;
+        }
+    if (rank <= slots && !(mode == SIM_MODE_GOOD && rank == 2 && slots < 2))
+        p_sampled = p[rank - 1];
     /* keep the listed mass (and the sampled token's) below 1 */
     double sum = p_sampled;
     for (int j = 0; j < slots; j++)
