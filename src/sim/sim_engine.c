@@ -67,7 +67,7 @@ struct sim_gen {
     struct list_head link;
     struct sim_gen_list *list; /* the list it is on, NULL when none */
     char id[SIM_REQ_MAX_ID_LEN + 16];
-    char item_id[SIM_REQ_MAX_ID_LEN + 16];
+    char item_id[SIM_REQ_MAX_ID_LEN + 24];
     struct sim_resp_meta meta;
     struct gen_choice *choices;
     int n_choices;

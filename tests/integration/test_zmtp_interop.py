@@ -86,6 +86,36 @@ def test_pyzmq_pub_to_our_sub():
         assert batch[1][2] == ["AllBlocksCleared"] and batch[2] == 0
 
 
+def test_heartbeats_answered():
+    """A libzmq PUB with ZMTP 3.1 heartbeats (PING every 100 ms, 300 ms timeout) keeps
+    our SUB connected: we answer PONG, so no disconnect while 2 s of messages flow."""
+    ctx = zmq.Context()
+    pub = ctx.socket(zmq.PUB)
+    pub.setsockopt(zmq.HEARTBEAT_IVL, 100)
+    pub.setsockopt(zmq.HEARTBEAT_TIMEOUT, 300)
+    port = pub.bind_to_random_port("tcp://127.0.0.1")
+    stop = threading.Event()
+
+    def publish():
+        while not stop.is_set():
+            pub.send_multipart((TOPIC, b"x"))
+            time.sleep(0.01)
+
+    t = threading.Thread(target=publish, daemon=True)
+    t.start()
+    try:
+        out = subprocess.run([peer_bin(), "sub", f"tcp://127.0.0.1:{port}", "kv", "200"],
+                             capture_output=True, text=True, timeout=30)
+    finally:
+        stop.set()
+        t.join()
+        pub.close(linger=0)
+        ctx.term()
+    assert out.returncode == 0, out.stderr[-2000:]
+    events = [l for l in out.stderr.splitlines() if l.startswith("event ")]
+    assert events == ["event 0 "], events  # connected once, never dropped
+
+
 def test_our_pub_to_pyzmq_sub():
     proc = subprocess.Popen([peer_bin(), "pub", "tcp://127.0.0.1:0"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
