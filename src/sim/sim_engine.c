@@ -55,6 +55,7 @@ struct gen_choice {
     uint8_t *modes;   /* the quality mode of each (for logprobs) */
     int n;
     int64_t text_off; /* completions logprobs: code points sent so far */
+    bool ended;       /* a planned-0 choice's finish chunk was sent */
     bool has_seq;     /* owns the prompt's prefix-cache sequence */
     struct sim_cache_seq seq;
 };
@@ -571,28 +572,42 @@ static void gen_tick(struct reactor *r, void *arg)
     struct strbuf sb;
     strbuf_init(&sb, SIM_SSE_CHUNK_MAX);
     enum sim_stream_fault act = SIM_SF_NONE;
-    int step;
-    for (step = g->emitted; step < due && act == SIM_SF_NONE; step++) {
-        for (int c = 0; c < g->n_choices && act == SIM_SF_NONE; c++) {
+    int stopped_at = due;
+    for (int step = g->emitted; step < due && act == SIM_SF_NONE; step++) {
+        for (int c = 0; c < g->n_choices; c++) {
             struct gen_choice *ch = &g->choices[c];
-            if (step == 0 && ch->planned == 0 && g->r.stream && is_openai(g)) {
+            if (step == 0 && ch->planned == 0 && g->r.stream && is_openai(g) && !ch->ended) {
                 /* a continuation at its natural end: nothing more, but say so */
                 json_t *chunk = sim_resp_chunk(&g->meta, c, "", false, finish_of(g, ch), NULL);
                 sim_sse_event(&sb, chunk);
                 json_decref(chunk);
+                ch->ended = true;
             }
-            if (step >= ch->planned)
+            /* ch->n > step: this choice has its token of this step already (a fault
+             * stopped the step half-way before) */
+            if (step >= ch->planned || ch->n > step)
                 continue;
             if (sim_stream_fault_now(s) != SIM_SF_NONE) {
                 act = sim_stream_fault_now(s);
+                stopped_at = step;
                 break;
             }
             emit_token(g, ch, c, &sb);
             tokens++;
             act = sim_token_sent(s);
+            if (act != SIM_SF_NONE) {
+                /* the step is complete only if every choice has its token */
+                stopped_at = step;
+                bool complete = true;
+                for (int q = 0; q < g->n_choices; q++)
+                    complete = complete && (step >= g->choices[q].planned || g->choices[q].n > step);
+                if (complete)
+                    stopped_at = step + 1;
+                break;
+            }
         }
     }
-    g->emitted = act == SIM_SF_NONE ? due : step;
+    g->emitted = act == SIM_SF_NONE ? due : stopped_at;
     metrics_counter_add(s->m_gen_tokens, tokens);
     if (act == SIM_SF_CRASH) {
         /* send what was generated, then die on the next iteration (after the write) */

@@ -88,6 +88,21 @@ def test_responses_api(procs):
     assert r.status == 400 and r.json()["error"]["param"] == "input"
 
 
+def test_responses_pd_handoff(procs):
+    """kv_transfer_params work on /v1/responses as on the other generation routes."""
+    p = start_sim(procs, *FAST, name="prefill")
+    d = start_sim(procs, *FAST, name="decode")
+    body = {"input": "hello there", "max_output_tokens": 6}
+    ref = post(d.url + "/v1/responses", body).json()
+    leg1 = post(p.url + "/v1/responses",
+                dict(body, max_output_tokens=1,
+                     kv_transfer_params={"do_remote_decode": True})).json()
+    kv = leg1["kv_transfer_params"]
+    assert kv["do_remote_prefill"] is True and kv["remote_port"] == p.port
+    leg2 = post(d.url + "/v1/responses", dict(body, kv_transfer_params=kv)).json()
+    assert leg2["output"][0]["content"][0]["text"] == ref["output"][0]["content"][0]["text"]
+
+
 def test_messages_api(procs):
     sim = start_sim(procs, *FAST)
     msgs = [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
@@ -342,6 +357,28 @@ def test_stall_then_recover(procs):
     assert got[-1] == "[DONE]" and time.monotonic() - t0 >= 0.6
     text = "".join(json.loads(e)["choices"][0]["text"] for e in first + got[:-1])
     assert text == ref["choices"][0]["text"]
+    # n=2, stalled half-way through a step (after 3 tokens: choice 0 is one ahead): after
+    # recover both choices complete, each exactly its non-streamed text
+    fast = start_sim(procs, *FAST, name="fast")
+    want = [c["text"] for c in fast.completion(prompt="two", n=2, max_tokens=8,
+                                               ignore_eos=True).json()["choices"]]
+    fast.fault("stall", after_tokens=3)
+    s = SSEStream(fast.url + "/v1/completions", {"prompt": "two", "n": 2, "max_tokens": 8,
+                                                 "ignore_eos": True, "stream": True},
+                  timeout=15)
+    out = []
+    reader = threading.Thread(target=lambda: out.extend(s.chunks()))
+    reader.start()
+    wait_for(lambda: fast.status()["tokens_total"] >= 8 * 2 + 3, timeout=5)
+    time.sleep(0.2)
+    assert fast.status()["tokens_total"] == 8 * 2 + 3  # the reference, then 3 streamed
+    fast.fault("recover")
+    reader.join(10)
+    texts = ["".join(c["choices"][0]["text"] for c in out if c["choices"][0]["index"] == i)
+             for i in (0, 1)]
+    assert texts == want
+    finals = [c["choices"][0] for c in out if c["choices"][0]["finish_reason"]]
+    assert sorted(f["index"] for f in finals) == [0, 1]
 
 
 def test_cut_clean_end_is_not_a_finished_answer(procs):
