@@ -720,21 +720,26 @@ static void gen_abort(struct sim_gen *g)
 
 int sim_engine_abort(struct sim *s, const char *rid, bool all)
 {
+    /* Collect first: aborting one generation schedules waiting ones (moving them
+     * between the lists being walked). */
     struct sim_gen_list *lists[] = {&s->running, &s->waiting, &s->fetching};
-    int n = 0;
+    size_t total = (size_t)(s->running.count + s->waiting.count + s->fetching.count);
+    struct sim_gen **hit = xcalloc(total ? total : 1, sizeof(*hit));
+    size_t n = 0;
     for (size_t l = 0; l < ARRAY_LEN(lists); l++) {
-        struct list_head *pos, *tmp;
-        list_for_each_safe(pos, tmp, &lists[l]->head)
+        struct list_head *pos;
+        list_for_each(pos, &lists[l]->head)
         {
             struct sim_gen *g = list_entry(pos, struct sim_gen, link);
-            if (all || (rid && rid_matches(g, rid))) {
-                gen_abort(g);
-                n++;
-            }
+            if (n < total && (all || (rid && rid_matches(g, rid))))
+                hit[n++] = g;
         }
     }
+    for (size_t i = 0; i < n; i++)
+        gen_abort(hit[i]);
+    free(hit);
     sim_update_gauges(s);
-    return n;
+    return (int)n;
 }
 
 /* ---- decode leg: take the ticket from the prefill engine ----------------------------- */

@@ -198,6 +198,28 @@ def test_abort_request(procs):
     assert body["choices"][0]["finish_reason"] == "abort"
     assert 0 < body["usage"]["completion_tokens"] < 100
     assert post(sim.url + "/abort_request", {}).status == 400
+    # abort_all with requests waiting for a slot (aborting one starts the next)
+    one = start_sim(procs, "--ttft-ms", "0", "--tokens-per-second", "20", "--max-num-seqs", "1",
+                    name="one")
+    results = {}
+
+    def run(i):  # a waiting request has no response head yet: open each in a thread
+        st = SSEStream(one.url + "/v1/completions", {"prompt": f"p{i}", "max_tokens": 100,
+                                                     "ignore_eos": True, "stream": True},
+                       timeout=15)
+        results[i] = st.all()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    wait_for(lambda: one.status()["waiting"] == 2, timeout=5)
+    assert post(one.url + "/abort_request", {"abort_all": True}).json() == {"aborted": 3}
+    for t in threads:
+        t.join(15)
+    assert sorted(results) == [0, 1, 2]
+    for chunks in results.values():
+        assert chunks[-1]["choices"][0]["finish_reason"] == "abort"
+    assert one.status()["running"] == 0 and one.status()["waiting"] == 0
 
 
 # ---- connection cap --------------------------------------------------------------------
