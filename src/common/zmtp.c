@@ -113,6 +113,7 @@ void zmtp_rx_release(struct zmtp_rx *rx)
     free(rx->msg_buf);
     free(rx->cmd_buf);
     rx->msg_buf = rx->cmd_buf = NULL;
+    rx->cmd_cap = 0;
 }
 
 static int rx_fail(struct zmtp_rx *rx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -257,8 +258,10 @@ static int rx_frame_header(struct zmtp_rx *rx)
         if (len > ZMTP_MAX_COMMAND)
             return rx_fail(rx, "command of %llu bytes exceeds the %zu-byte limit",
                            (unsigned long long)len, ZMTP_MAX_COMMAND);
-        if (!rx->cmd_buf)
-            rx->cmd_buf = xmalloc(ZMTP_MAX_COMMAND);
+        if (len > rx->cmd_cap) {
+            rx->cmd_cap = MOTOR_MAX((size_t)len, (size_t)256);
+            rx->cmd_buf = xrealloc(rx->cmd_buf, rx->cmd_cap);
+        }
     } else {
         if (rx->stage != ZMTP_RX_OPEN)
             return rx_fail(rx, "message frame before the READY handshake");

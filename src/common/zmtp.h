@@ -159,7 +159,8 @@ struct zmtp_rx {
     bool in_body;
     uint8_t flags;
     uint64_t body_len, body_got;
-    uint8_t *cmd_buf; /* command bodies (bounded by max_frame, at most 64 KiB kept) */
+    uint8_t *cmd_buf; /* command bodies (at most 64 KiB) */
+    size_t cmd_cap;
     char err[160];
 };
 

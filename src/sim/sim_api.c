@@ -39,33 +39,31 @@ void sim_respond_error(struct httpd_req *req, int status, const char *param, con
         httpd_respond_json(req, status, sim_resp_error_from(&err));
 }
 
-#define respond_error sim_respond_error
-
 bool sim_refuse(struct sim *s, struct httpd_req *req)
 {
     if (s->phase == SIM_LOADING) {
-        respond_error(req, 503, NULL, "model is still loading");
+        sim_respond_error(req, 503, NULL, "model is still loading");
         return true;
     }
     if (s->phase == SIM_STOPPING) {
-        respond_error(req, 503, NULL, "engine is shutting down");
+        sim_respond_error(req, 503, NULL, "engine is shutting down");
         return true;
     }
     switch (s->fault) {
     case SIM_FAULT_UNHEALTHY:
-        respond_error(req, 503, NULL, "engine is unhealthy (injected fault)");
+        sim_respond_error(req, 503, NULL, "engine is unhealthy (injected fault)");
         return true;
     case SIM_FAULT_FT_DEAD:
-        respond_error(req, 503, NULL, "engine is dead (injected fault)");
+        sim_respond_error(req, 503, NULL, "engine is dead (injected fault)");
         return true;
     case SIM_FAULT_ERROR:
-        respond_error(req, 500, NULL, "internal engine error (injected fault)");
+        sim_respond_error(req, 500, NULL, "internal engine error (injected fault)");
         return true;
     default:
         break;
     }
     if (s->ft_recovering) {
-        respond_error(req, 503, NULL, "engine is recovering (fault tolerance)");
+        sim_respond_error(req, 503, NULL, "engine is recovering (fault tolerance)");
         return true;
     }
     return false;
@@ -80,19 +78,17 @@ void sim_limits(struct sim *s, struct sim_req_limits *lim, const char **names, s
         .max_model_len = s->args.max_model_len, .models = names, .n_models = n};
 }
 
-#define update_gauges sim_update_gauges
-
 /* ---- probes, models, metrics --------------------------------------------------------- */
 
 static void on_health(struct httpd_req *req, void *arg)
 {
     struct sim *s = arg;
     if (s->phase == SIM_LOADING)
-        respond_error(req, 503, NULL, "model is still loading");
+        sim_respond_error(req, 503, NULL, "model is still loading");
     else if (s->phase == SIM_STOPPING)
-        respond_error(req, 503, NULL, "engine is shutting down");
+        sim_respond_error(req, 503, NULL, "engine is shutting down");
     else if (s->fault == SIM_FAULT_UNHEALTHY || s->fault == SIM_FAULT_FT_DEAD || s->ft_recovering)
-        respond_error(req, 503, NULL, "engine is %s",
+        sim_respond_error(req, 503, NULL, "engine is %s",
                       s->fault == SIM_FAULT_FT_DEAD ? "dead" : "unhealthy");
     else
         httpd_respond(req, 200, "text/plain", "", 0);
@@ -110,7 +106,7 @@ static void on_models(struct httpd_req *req, void *arg)
 {
     struct sim *s = arg;
     if (s->phase == SIM_LOADING) {
-        respond_error(req, 503, NULL, "model is still loading");
+        sim_respond_error(req, 503, NULL, "model is still loading");
         return;
     }
     json_t *data = json_array();
@@ -123,7 +119,7 @@ static void on_model(struct httpd_req *req, void *arg)
 {
     struct sim *s = arg;
     if (s->phase == SIM_LOADING) {
-        respond_error(req, 503, NULL, "model is still loading");
+        sim_respond_error(req, 503, NULL, "model is still loading");
         return;
     }
     const char *id = httpd_req_param(req, "id");
@@ -133,7 +129,7 @@ static void on_model(struct httpd_req *req, void *arg)
             return;
         }
     }
-    respond_error(req, 404, "model", "The model `%s` does not exist.", id);
+    sim_respond_error(req, 404, "model", "The model `%s` does not exist.", id);
 }
 
 static void on_version(struct httpd_req *req, void *arg)
@@ -144,11 +140,11 @@ static void on_version(struct httpd_req *req, void *arg)
 static void on_metrics(struct httpd_req *req, void *arg)
 {
     struct sim *s = arg;
-    update_gauges(s);
+    sim_update_gauges(s);
     size_t len = 0;
     char *text = metrics_render_alloc(s->metrics, (size_t)1 << 20, &len);
     if (!text) {
-        respond_error(req, 500, NULL, "metrics too large");
+        sim_respond_error(req, 500, NULL, "metrics too large");
         return;
     }
     httpd_respond(req, 200, METRICS_CONTENT_TYPE, text, len);
@@ -226,7 +222,7 @@ void sim_metrics_init(struct sim *s)
         "model_name", model, "engine", engine);
 #undef GAUGE
 #undef COUNTER
-    update_gauges(s);
+    sim_update_gauges(s);
 }
 
 /* ---- PD: the prefill side of the ticket --------------------------------------------- */
@@ -308,7 +304,7 @@ static void on_ft_apply(struct httpd_req *req, void *arg)
     json_t *body = httpd_req_json(req, jmsg, sizeof(jmsg));
     if (!json_is_object(body)) {
         json_decref(body);
-        respond_error(req, 400, NULL, "body must be a JSON object%s%s", body ? "" : ": ",
+        sim_respond_error(req, 400, NULL, "body must be a JSON object%s%s", body ? "" : ": ",
                       body ? "" : jmsg);
         return;
     }
@@ -324,21 +320,21 @@ static void on_ft_apply(struct httpd_req *req, void *arg)
     const char *instruction = json_string_value(ins);
     if (!json_is_string(rid) || json_string_length(rid) == 0 ||
         json_string_length(rid) > SIM_REQ_MAX_ID_LEN) {
-        respond_error(req, 400, "request_id", "'request_id' must be a non-empty string");
+        sim_respond_error(req, 400, "request_id", "'request_id' must be a non-empty string");
         goto out;
     }
     if (!instruction || (strcmp(instruction, "scale_down") && strcmp(instruction, "retry"))) {
-        respond_error(req, 400, "instruction", "'instruction' must be 'scale_down' or 'retry'");
+        sim_respond_error(req, 400, "instruction", "'instruction' must be 'scale_down' or 'retry'");
         goto out;
     }
     if (params && !json_is_null(params) && !json_is_object(params)) {
-        respond_error(req, 400, "params", "'params' must be an object");
+        sim_respond_error(req, 400, "params", "'params' must be an object");
         goto out;
     }
     int n_removed = 0;
     if (!strcmp(instruction, "scale_down")) {
         if (!json_is_array(removed) || json_array_size(removed) == 0) {
-            respond_error(req, 400, "removed_dp_ranks",
+            sim_respond_error(req, 400, "removed_dp_ranks",
                           "scale_down needs a non-empty 'removed_dp_ranks' list");
             goto out;
         }
@@ -347,12 +343,12 @@ static void on_ft_apply(struct httpd_req *req, void *arg)
         json_array_foreach(removed, i, v)
         {
             if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 65535) {
-                respond_error(req, 400, "removed_dp_ranks",
+                sim_respond_error(req, 400, "removed_dp_ranks",
                               "'removed_dp_ranks' must hold DP ranks (integers 0..65535)");
                 goto out;
             }
             if (json_integer_value(v) == s->args.dp_rank) {
-                respond_error(req, 400, "removed_dp_ranks",
+                sim_respond_error(req, 400, "removed_dp_ranks",
                               "this engine (DP rank %d) is in removed_dp_ranks: apply goes to "
                               "survivors only",
                               s->args.dp_rank);
@@ -362,7 +358,7 @@ static void on_ft_apply(struct httpd_req *req, void *arg)
         n_removed = (int)json_array_size(removed);
     }
     if (s->fault == SIM_FAULT_FT_DEAD) {
-        respond_error(req, 409, NULL, "engine is dead: it cannot apply %s", instruction);
+        sim_respond_error(req, 409, NULL, "engine is dead: it cannot apply %s", instruction);
         goto out;
     }
     free(s->ft_last_request_id);
@@ -422,7 +418,7 @@ static void on_fault(struct httpd_req *req, void *arg)
     long tokens, ms;
     if (!mode || (ign && !json_is_boolean(ign)) ||
         opt_count(body, "after_tokens", "tokens", &tokens) || opt_count(body, "ms", NULL, &ms)) {
-        respond_error(req, 400, "mode",
+        sim_respond_error(req, 400, "mode",
                       "body must be {\"mode\": \"crash|exit0|hang|unhealthy|ft_dead|error|"
                       "repeat|garbled|rare_chars|stall|cut|crash_after_tokens|metaserver_fail|"
                       "metaserver_delay|recover\"} (optional \"ignore_sigterm\": bool for hang, "
@@ -446,7 +442,7 @@ static void on_fault(struct httpd_req *req, void *arg)
     int rc = sim_fault_apply2(s, mode_copy, json_is_true(ign), tokens, ms);
     json_decref(body);
     if (rc) {
-        respond_error(req, 400, "mode", "%s fault mode '%s'",
+        sim_respond_error(req, 400, "mode", "%s fault mode '%s'",
                       rc == -ERANGE ? "missing \"tokens\" for" : "unknown", mode_copy);
         free(mode_copy);
         return;
@@ -524,7 +520,7 @@ static void on_tokenize(struct httpd_req *req, void *arg)
     json_t *body = httpd_req_json(req, jmsg, sizeof(jmsg));
     if (!json_is_object(body)) {
         json_decref(body);
-        respond_error(req, 400, NULL, "body must be a JSON object%s%s", body ? "" : ": ",
+        sim_respond_error(req, 400, NULL, "body must be a JSON object%s%s", body ? "" : ": ",
                       body ? "" : jmsg);
         return;
     }
@@ -562,7 +558,7 @@ static void on_tokenize(struct httpd_req *req, void *arg)
         rc = sim_err_set(&err, 400, "prompt",
                          "'prompt' (a string) or 'messages' (a list) is required");
     if (rc) {
-        respond_error(req, err.status, err.param, "%s", err.message);
+        sim_respond_error(req, err.status, err.param, "%s", err.message);
     } else {
         json_t *toks = json_array();
         for (size_t i = 0; i < ids.n; i++)
@@ -589,12 +585,12 @@ static void on_detokenize(struct httpd_req *req, void *arg)
     struct sim_err err;
     const json_t *toks = json_object_get(body, "tokens");
     if (!json_is_object(body)) {
-        respond_error(req, 400, NULL, "body must be a JSON object%s%s", body ? "" : ": ",
+        sim_respond_error(req, 400, NULL, "body must be a JSON object%s%s", body ? "" : ": ",
                       body ? "" : jmsg);
     } else if (!sim_req_model(body, &lim, &err)) {
-        respond_error(req, err.status, err.param, "%s", err.message);
+        sim_respond_error(req, err.status, err.param, "%s", err.message);
     } else if (!json_is_array(toks)) {
-        respond_error(req, 400, "tokens", "'tokens' must be a list of token ids");
+        sim_respond_error(req, 400, "tokens", "'tokens' must be a list of token ids");
     } else {
         size_t n = json_array_size(toks);
         int32_t *ids = xcalloc(n ? n : 1, sizeof(*ids));
@@ -604,7 +600,7 @@ static void on_detokenize(struct httpd_req *req, void *arg)
         json_array_foreach(toks, i, t)
         {
             if (!json_is_integer(t) || !sim_tok_valid(json_integer_value(t))) {
-                respond_error(req, 400, "tokens",
+                sim_respond_error(req, 400, "tokens",
                               "tokens[%zu] is not a token id of this model (vocabulary size %d)",
                               i, (int)SIM_TOK_VOCAB_SIZE);
                 ok = false;
@@ -734,7 +730,7 @@ static void on_embeddings(struct httpd_req *req, void *arg)
         rc = sim_err_set(&err, 400, "input", "'input' is required");
     }
     if (rc) {
-        respond_error(req, err.status, err.param, "%s", err.message);
+        sim_respond_error(req, err.status, err.param, "%s", err.message);
         json_decref(body);
         return;
     }
@@ -746,7 +742,7 @@ static void on_embeddings(struct httpd_req *req, void *arg)
                  !json_is_integer(json_array_get(input, 0));
     size_t n_in = batch ? json_array_size(input) : 1;
     if (n_in > SIM_EMBED_MAX_INPUTS) {
-        respond_error(req, 400, "input", "at most %d inputs", SIM_EMBED_MAX_INPUTS);
+        sim_respond_error(req, 400, "input", "at most %d inputs", SIM_EMBED_MAX_INPUTS);
         json_decref(body);
         return;
     }
@@ -783,7 +779,7 @@ static void on_embeddings(struct httpd_req *req, void *arg)
     free(vec);
     if (rc) {
         json_decref(data);
-        respond_error(req, err.status, err.param, "%s", err.message);
+        sim_respond_error(req, err.status, err.param, "%s", err.message);
     } else {
         metrics_counter_add(s->m_prompt_tokens, (uint64_t)total);
         char id[48];
@@ -807,7 +803,7 @@ static void on_reset_prefix_cache(struct httpd_req *req, void *arg)
         return;
     }
     if (sim_cache_reset(s->cache)) {
-        respond_error(req, 409, NULL,
+        sim_respond_error(req, 409, NULL,
                       "cannot reset the prefix cache while requests hold KV blocks");
         return;
     }
@@ -825,7 +821,7 @@ static void on_abort_request(struct httpd_req *req, void *arg)
     const json_t *all = json_object_get(body, "abort_all");
     if (!json_is_object(body) || (rid && !json_is_string(rid) && !json_is_null(rid)) ||
         (all && !json_is_boolean(all)) || (!json_is_string(rid) && !json_is_true(all))) {
-        respond_error(req, 400, "rid",
+        sim_respond_error(req, 400, "rid",
                       "body must be {\"rid\": \"<request id>\"} or {\"abort_all\": true}");
         json_decref(body);
         return;

@@ -427,7 +427,8 @@ struct sim_kvev *sim_kvev_start(struct reactor *r, const struct sim_kvev_config 
     k->ring = xcalloc(k->ring_cap, sizeof(*k->ring));
     reactor_deferred_init(&k->flush, on_flush, k);
     char *ep = sim_kvev_offset_endpoint(cfg->endpoint, o->dp_rank);
-    struct zmtp_opts po = {.name = "kv-events", .hwm = (size_t)cfg->hwm};
+    /* subscribers only ever send subscriptions: small frames suffice */
+    struct zmtp_opts po = {.name = "kv-events", .hwm = (size_t)cfg->hwm, .max_frame = 4096};
     k->pub = open_sock(r, ZMTP_PUB, ep, &po, NULL, k);
     if (!k->pub) {
         log_error("sim_kv_events_failed", LF_STR("endpoint", ep), LF_STR("error", strerror(errno)));
@@ -441,6 +442,7 @@ struct sim_kvev *sim_kvev_start(struct reactor *r, const struct sim_kvev_config 
     if (cfg->replay_endpoint) {
         rep = sim_kvev_offset_endpoint(cfg->replay_endpoint, o->dp_rank);
         struct zmtp_opts ro = {.name = "kv-events-replay",
+                               .max_frame = 4096, /* requests are 8 bytes */
                                .hwm = k->ring_cap + 2,
                                .max_queue_bytes = (size_t)128 << 20};
         k->replay = open_sock(r, ZMTP_ROUTER, rep, &ro, on_replay, k);

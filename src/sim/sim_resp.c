@@ -40,17 +40,15 @@ const char *sim_resp_error_type(int status)
     }
 }
 
-#define error_type sim_resp_error_type
-
 json_t *sim_resp_error(int status, const char *message, const char *param)
 {
     json_t *o = json_pack("{s:{s:s, s:s, s:o, s:i}}", "error", "message", message ? message : "",
-                          "type", error_type(status), "param",
+                          "type", sim_resp_error_type(status), "param",
                           param && *param ? json_string(param) : json_null(), "code", status);
     /* Only invalid UTF-8 in message/param can fail the pack: answer without them. */
     if (!o)
         o = json_pack("{s:{s:s, s:s, s:n, s:i}}", "error", "message", "invalid request", "type",
-                      error_type(status), "param", "code", status);
+                      sim_resp_error_type(status), "param", "code", status);
     return o;
 }
 
