@@ -141,6 +141,16 @@ void sim_text_locate(const int32_t *ids, size_t n, struct sim_text_origin *o)
     memset(o, 0, sizeof(*o));
     size_t window = n < SIM_TEXT_LOCATE_WINDOW ? n : SIM_TEXT_LOCATE_WINDOW;
     size_t start = n - window;
+    /* An answer is made of word forms only: it cannot start before the last token
+     * that is not one (an unknown word, a byte, a chat end marker). */
+    int w, punct;
+    bool sp, cap;
+    for (size_t i = n; i > start; i--) {
+        if (!sim_tok_word_parts(ids[i - 1], &w, &sp, &cap, &punct)) {
+            start = i;
+            break;
+        }
+    }
     uint64_t h = sim_text_hash_ids(SIM_TEXT_HASH_INIT, ids, start);
     long budget = LOCATE_BUDGET;
     /* The smallest split wins: the longest answer suffix (see the header). */

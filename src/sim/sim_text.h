@@ -8,7 +8,8 @@
  *     first token, and on the first token when the context ends with a word).
  *   - Given any context, the engine first finds the longest suffix that is itself an
  *     answer of this rule to the context before it (sim_text_locate: the smallest split
- *     j such that ids[j..] == gen(seed(hash(ids[..j]), k), 0..) for some k < 16). The
+ *     j such that ids[j..] == gen(seed(hash(ids[..j]), k), 0..) for some k < 16; j is
+ *     never before the last token that is not a vocabulary word). The
  *     next token is then gen(seed, m) with m = the suffix length; no such suffix means
  *     m = 0 and the seed of the whole context.
  *   So the next token is a function of the preceding context alone, and a prompt that is
