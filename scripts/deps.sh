@@ -5,10 +5,12 @@ set -euo pipefail
 
 # libssl-dev: OpenSSL 3, the TLS transport (loaded at run time, libssl3 comes with it).
 # curl, openssl, nginx: independent TLS/HTTP peers in the tests (the CLIs, not libraries).
+# python3-zmq (pyzmq on libzmq) and python3-msgpack: peers nobody here wrote, for the
+# interop tests of src/common/zmtp and msgpk (tests/integration/test_zmtp_interop.py).
 packages=(build-essential pkg-config cmake ninja-build
   libssl-dev libjansson-dev libcmocka-dev libsqlite3-dev
   curl openssl nginx python3 python3-pytest clang libclang-rt-14-dev
-  procps iproute2 etcd-server etcd-client python3-yaml "$@")
+  procps iproute2 etcd-server etcd-client python3-yaml python3-zmq python3-msgpack "$@")
 
 # The OpenAI client test runs the `openai` npm package: Node.js from Debian only when the
 # machine has no node/npm of its own (a newer one installed elsewhere is left alone).

@@ -1,6 +1,7 @@
 #include "sim/sim_args.h"
 
 #include "common/util.h"
+#include "sim/sim_kvev.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -41,6 +42,20 @@ static const struct opt opts[] = {
     O("max-model-len", OPT_INT, max_model_len, 16, 1 << 24),
     O("max-num-seqs", OPT_INT, max_num_seqs, 1, 1 << 20),
     O("ft", OPT_BOOL, ft, 0, 0),
+    O("kv-events-config", OPT_STR, kv_events_config, 0, 0),
+    O("block-size", OPT_INT, block_size, 1, 1024),
+    O("num-gpu-blocks-override", OPT_INT, num_gpu_blocks, 1, 1 << 24),
+    O("num-gpu-blocks", OPT_INT, num_gpu_blocks, 1, 1 << 24),
+    O("enable-prefix-caching", OPT_BOOL, prefix_caching, 0, 0),
+    O("no-enable-prefix-caching", OPT_BOOL, no_prefix_caching, 0, 0),
+    O("prefix-caching-hash-algo", OPT_STR, prefix_hash_algo, 0, 0),
+    O("return-tokens-as-token-ids", OPT_BOOL, return_token_ids, 0, 0),
+    O("max-logprobs", OPT_INT, max_logprobs, 0, 20),
+    O("enable-prompt-tokens-details", OPT_BOOL, prompt_tokens_details, 0, 0),
+    O("crash-after-tokens", OPT_INT, crash_after_tokens_i, 1, INT32_MAX),
+    O("prefill-ms-per-token", OPT_DBL, prefill_ms_per_token, 0, 60000),
+    O("max-connections", OPT_INT, max_connections, 0, 1 << 24),
+    O("kv-events-encoding", OPT_STR, kv_events_encoding, 0, 0),
     O("enable-fault-tolerance", OPT_BOOL, ft, 0, 0),
     O("load-seconds", OPT_DBL, load_seconds, 0, 86400),
     O("tokens-per-second", OPT_DBL, tokens_per_second, 0, 1e6),
@@ -60,7 +75,6 @@ static const char *const bare_vllm_flags[] = {
     "enforce-eager",
     "trust-remote-code",
     "enable-expert-parallel",
-    "enable-prefix-caching",
     "disable-log-requests",
     "disable-log-stats",
     "enable-log-requests",
@@ -75,7 +89,6 @@ static const char *const bare_vllm_flags[] = {
     "enable-force-include-usage",
     "enable-server-load-tracking",
     "enable-request-id-headers",
-    "enable-prompt-tokens-details",
     "disable-fastapi-docs",
     "async-scheduling",
     "skip-tokenizer-init",
@@ -84,7 +97,8 @@ static const char *const bare_vllm_flags[] = {
     "disable-uvicorn-access-log",
 };
 
-static const char *const start_faults[] = {"unhealthy", "ft_dead", "hang", "error"};
+static const char *const start_faults[] = {"unhealthy", "ft_dead", "hang",  "error",
+                                           "repeat",    "garbled", "rare_chars"};
 
 static void set_err(char *err, size_t cap, const char *msg, const char *flag, const char *val)
 {
@@ -119,6 +133,9 @@ void sim_args_release(struct sim_args *a)
     free(a->kv_engine_id);
     free(a->master_addr);
     free(a->fault);
+    free(a->kv_events_config);
+    free(a->prefix_hash_algo);
+    free(a->kv_events_encoding);
     free(a->log_level);
     free_list(a->ignored, a->n_ignored);
     memset(a, 0, sizeof(*a));
@@ -135,6 +152,11 @@ static void defaults(struct sim_args *a)
     a->ttft_ms = 20;
     a->crash_after = -1;
     a->ft_recover_ms = 500;
+    a->block_size = 16;
+    a->num_gpu_blocks = 8192;
+    a->prefix_caching = true;
+    a->max_logprobs = 20;
+    a->prefill_ms_per_token = 0.02;
 }
 
 static bool is_flag(const char *s)
@@ -256,13 +278,30 @@ static int finish(struct sim_args *a, char *err, size_t cap)
         set_err(err, cap, "invalid value for", "data-parallel-rank", n);
         return -EINVAL;
     }
+    if (a->no_prefix_caching)
+        a->prefix_caching = false;
+    a->crash_after_tokens = a->crash_after_tokens_i;
+    if (a->kv_events_encoding && strcmp(a->kv_events_encoding, "array") &&
+        strcmp(a->kv_events_encoding, "map")) {
+        set_err(err, cap, "invalid value for", "kv-events-encoding", "expected array or map");
+        return -EINVAL;
+    }
+    if (a->kv_events_config) {
+        struct sim_kvev_config kc;
+        char msg[160];
+        if (sim_kvev_parse_config(a->kv_events_config, &kc, msg, sizeof(msg))) {
+            set_err(err, cap, msg, NULL, NULL);
+            return -EINVAL;
+        }
+        sim_kvev_config_release(&kc);
+    }
     if (a->fault) {
         bool ok = false;
         for (size_t i = 0; i < ARRAY_LEN(start_faults); i++)
             ok = ok || strcmp(a->fault, start_faults[i]) == 0;
         if (!ok) {
             set_err(err, cap, "invalid value for", "fault",
-                    "expected unhealthy, ft_dead, hang or error");
+                    "expected unhealthy, ft_dead, hang, error, repeat, garbled or rare_chars");
             return -EINVAL;
         }
     }
@@ -368,6 +407,14 @@ void sim_args_usage(FILE *out)
           "  --max-model-len N               context length (4096)\n"
           "  --max-num-seqs N                concurrently running requests (256)\n"
           "  --enable-fault-tolerance, --ft  serve /v1/fault_tolerance/* (else 404)\n"
+          "  --kv-events-config JSON         publish KV-cache events (ZMQ PUB, msgpack), vLLM's\n"
+          "                                  keys: enable_kv_cache_events, publisher, endpoint,\n"
+          "                                  replay_endpoint, buffer_steps, hwm, topic\n"
+          "  --block-size N                  KV block size in tokens (16)\n"
+          "  --num-gpu-blocks-override N     KV cache capacity in blocks (8192)\n"
+          "  --[no-]enable-prefix-caching    prefix caching (on)\n"
+          "  --return-tokens-as-token-ids    logprobs tokens as \"token_id:N\"\n"
+          "  --max-logprobs N                top logprobs at most (20)\n"
           "\n"
           "simulator options:\n"
           "  --load-seconds S                model loading time (0): /health 503 until done\n"
@@ -376,6 +423,10 @@ void sim_args_usage(FILE *out)
           "  --workers N                     fork N worker children (like EngineCore/TP)\n"
           "  --fail-load                     exit 1 when loading finishes\n"
           "  --crash-after S                 die by SIGKILL S seconds after start\n"
+          "  --crash-after-tokens N          die by SIGKILL once N tokens were sent (in total)\n"
+          "  --prefill-ms-per-token MS       TTFT per uncached prompt token (0.02)\n"
+          "  --max-connections N             HTTP connections at most (0 = unlimited)\n"
+          "  --kv-events-encoding array|map  KV event batch encoding (array, as released vLLM)\n"
           "  --ft-recover-ms MS              FT apply -> healthy delay (500)\n"
           "  --fault MODE                    start in fault mode unhealthy|ft_dead|hang|error\n"
           "                                  (also env MOTOR_SIM_FAULT)\n"

@@ -36,6 +36,15 @@ struct sim_args {
     int max_model_len; /* --max-model-len, 4096 */
     int max_num_seqs;  /* --max-num-seqs: running requests at most, 256 */
     bool ft;           /* --ft / --enable-fault-tolerance */
+    char *kv_events_config;     /* --kv-events-config raw JSON, validated; NULL = none */
+    int block_size;             /* --block-size, 16 */
+    int num_gpu_blocks;         /* --num-gpu-blocks-override / --num-gpu-blocks, 8192 */
+    bool prefix_caching;        /* --enable-prefix-caching (default) / --no-enable-... */
+    bool no_prefix_caching;
+    char *prefix_hash_algo;     /* --prefix-caching-hash-algo: accepted, sha256_cbor used */
+    bool return_token_ids;      /* --return-tokens-as-token-ids */
+    int max_logprobs;           /* --max-logprobs, 20 */
+    bool prompt_tokens_details; /* --enable-prompt-tokens-details: usage.cached_tokens */
     /* simulator */
     double load_seconds;      /* 0 */
     double tokens_per_second; /* 50; 0 = instant */
@@ -43,6 +52,11 @@ struct sim_args {
     int workers;              /* 0 */
     bool fail_load;
     double crash_after; /* seconds; < 0 = never */
+    long crash_after_tokens;  /* SIGKILL after this many tokens in total; 0 = never */
+    int crash_after_tokens_i; /* (parsed form) */
+    double prefill_ms_per_token; /* TTFT per uncached prompt token, 0.02 */
+    int max_connections;      /* --max-connections, 0 = unlimited */
+    char *kv_events_encoding; /* "array" (default) | "map" */
     int ft_recover_ms;  /* 500 */
     char *fault;        /* --fault MODE: start in that fault mode, NULL = none */
     char *log_level;    /* --log-level / --uvicorn-log-level, NULL = info */

@@ -1,22 +1,27 @@
-/* sim_engine — the simulator's HTTP surface: vLLM's OpenAI routes, the PD KV hand-off,
- * the fault-tolerance API, /metrics, and the simulator-only /sim/... routes.
+/* sim_engine — the simulator's generation routes (completions, chat, Responses,
+ * Messages), the PD hand-offs (KV ticket, trigger-mode metaserver callback), SGLang's
+ * abort, and the stream faults. The routes that generate nothing are in sim_api.c.
  *
  * A generation is a small state machine per request (struct sim_gen):
  *
- *   FETCHING (decode leg: taking the KV ticket from the prefill engine over HTTP)
+ *   FETCHING (decode leg: taking the KV ticket; trigger leg: calling the metaserver)
  *      -> WAITING (no free slot: more than --max-num-seqs running)
- *      -> RUNNING (reactor timer paces tokens: --ttft-ms, then --tokens-per-second)
- *      -> DONE    (answered; freed when httpd reports the request closed)
+ *      -> RUNNING (prefix cache looked up; a reactor timer paces tokens: --ttft-ms plus
+ *                  --prefill-ms-per-token per uncached prompt token, then
+ *                  --tokens-per-second)
+ *      -> DONE    (answered, aborted or cut; freed when httpd reports the request closed)
  *
  * Nothing blocks: the request stays suspended in httpd while the timer runs, and the
  * struct lives until httpd's on_close, the only place it is freed. */
 #include "common/log.h"
 #include "common/strbuf.h"
 #include "common/util.h"
+#include "sim/sim_fmt.h"
 #include "sim/sim_internal.h"
 #include "sim/sim_req.h"
 #include "sim/sim_resp.h"
 #include "sim/sim_text.h"
+#include "sim/sim_tok.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -24,21 +29,35 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <unistd.h>
 
 #define SIM_SSE_CHUNK_MAX ((size_t)4 << 20)  /* one tick's worth of SSE events */
 #define SIM_STEPS_PER_TICK 64                /* token steps generated per loop iteration */
 #define SIM_STREAM_BACKLOG ((size_t)1 << 20) /* unsent stream bytes before we pause */
 #define SIM_BACKLOG_RETRY_MS 10
+#define SIM_STALL_POLL_MS 50
 #define SIM_KV_FETCH_TIMEOUT_MS 5000
 #define SIM_KV_FETCH_MAX_RESPONSE ((size_t)64 << 10)
+#define SIM_META_TIMEOUT_MS 30000
 
 enum gen_state { GEN_FETCHING, GEN_WAITING, GEN_RUNNING, GEN_DONE };
 
 struct gen_choice {
-    uint64_t seed;
-    int planned;  /* tokens this choice produces */
-    bool stopped; /* finish_reason "stop" (else "length") */
+    int prompt;       /* index into r.prompts */
+    uint64_t seed;    /* of the answer (see sim_text.h) */
+    int done0;        /* tokens of that answer already in the prompt (a continuation) */
+    bool first_space; /* the answer's first token has a leading space */
+    int planned;      /* tokens this choice produces */
+    bool stopped;     /* finish_reason "stop" (else "length") */
+    int32_t *ids;     /* generated so far */
+    uint8_t *modes;   /* the quality mode of each (for logprobs) */
+    int n;
+    int64_t text_off; /* completions logprobs: code points sent so far */
+    bool ended;       /* a planned-0 choice's finish chunk was sent */
+    bool has_seq;     /* owns the prompt's prefix-cache sequence */
+    struct sim_cache_seq seq;
 };
 
 struct sim_gen {
@@ -49,33 +68,34 @@ struct sim_gen {
     struct list_head link;
     struct sim_gen_list *list; /* the list it is on, NULL when none */
     char id[SIM_REQ_MAX_ID_LEN + 16];
+    char item_id[SIM_REQ_MAX_ID_LEN + 24];
     struct sim_resp_meta meta;
     struct gen_choice *choices;
     int n_choices;
-    int steps;         /* max planned over the choices */
+    int steps;         /* max planned over the choices (at least 1) */
     int emitted;       /* steps done */
     int prompt_tokens; /* total over the prompts */
-    int64_t arrive_ms, run_ms;
+    int cached_tokens; /* of them, found in the prefix cache */
+    int64_t arrive_ms, run_ms, first_due_ms;
     struct reactor_timer timer;
     struct httpc_req *fetch;
+    int resp_seq; /* Responses: sequence_number */
+    bool aborted; /* abort_request */
+    int attempt;  /* trigger: the metaserver attempt */
 };
 
-/* ---- helpers ----------------------------------------------------------------------- */
+static void respond_error_gen(struct sim_gen *g, int status, const char *param, const char *fmt,
+                              ...) __attribute__((format(printf, 4, 5)));
 
-static void respond_error(struct httpd_req *req, int status, const char *param, const char *fmt,
-                          ...) __attribute__((format(printf, 4, 5)));
-
-static void respond_error(struct httpd_req *req, int status, const char *param, const char *fmt,
-                          ...)
+static void respond_error_gen(struct sim_gen *g, int status, const char *param, const char *fmt,
+                              ...)
 {
-    struct sim_err err;
+    char msg[256];
     va_list ap;
     va_start(ap, fmt);
-    char msg[sizeof(err.message)];
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    sim_err_set(&err, status, param, "%s", msg);
-    httpd_respond_json(req, status, sim_resp_error_from(&err));
+    sim_respond_error(g->req, status, param, "%s", msg);
 }
 
 static void gen_list_push(struct sim_gen_list *l, struct sim_gen *g)
@@ -102,18 +122,25 @@ static struct sim_gen *gen_list_first(const struct sim_gen_list *l)
     return n ? list_entry(n, struct sim_gen, link) : NULL;
 }
 
-static void update_gauges(struct sim *s)
+void sim_update_gauges(struct sim *s)
 {
     metrics_gauge_set(s->m_running, s->running.count);
     metrics_gauge_set(s->m_waiting, s->waiting.count + s->fetching.count);
     metrics_gauge_set(s->m_wait_capacity, s->waiting.count);
     metrics_gauge_set(s->m_wait_kv, s->fetching.count);
-    metrics_gauge_set(s->m_kv_usage, (double)s->running.count / s->args.max_num_seqs);
+    double usage = (double)s->running.count / s->args.max_num_seqs;
+    if (s->cache) {
+        /* vLLM: the share of KV blocks in use by running requests */
+        struct sim_cache_stats cs;
+        sim_cache_get_stats(s->cache, &cs);
+        usage = cs.capacity ? (double)cs.pinned / (double)cs.capacity : 0.0;
+    }
+    metrics_gauge_set(s->m_kv_usage, usage);
 }
 
-static bool wildcard_host(const char *h)
+static bool is_openai(const struct sim_gen *g)
 {
-    return !h || !*h || !strcmp(h, "0.0.0.0") || !strcmp(h, "::") || !strcmp(h, "[::]");
+    return g->r.api == SIM_API_COMPLETIONS || g->r.api == SIM_API_CHAT;
 }
 
 /* ---- generation ----------------------------------------------------------------------- */
@@ -126,6 +153,103 @@ static double token_interval_ms(const struct sim *s)
     return s->args.tokens_per_second > 0 ? 1000.0 / s->args.tokens_per_second : 0.0;
 }
 
+static struct sim_fmt_meta fmt_meta(const struct sim_gen *g)
+{
+    return (struct sim_fmt_meta){.id = g->id,
+                                 .item_id = g->item_id,
+                                 .created = g->meta.created,
+                                 .model = g->r.model,
+                                 .instructions = g->r.instructions,
+                                 .max_output_tokens =
+                                     g->r.api == SIM_API_RESPONSES ? g->r.max_tokens : 0};
+}
+
+static int completion_tokens(const struct sim_gen *g)
+{
+    int n = 0;
+    for (int c = 0; c < g->n_choices; c++)
+        n += g->choices[c].n;
+    return n;
+}
+
+static struct sim_fmt_usage fmt_usage(const struct sim_gen *g)
+{
+    return (struct sim_fmt_usage){
+        .input = g->prompt_tokens, .output = completion_tokens(g), .cached = g->cached_tokens};
+}
+
+static json_t *usage_json(const struct sim_gen *g, int completion)
+{
+    json_t *u = sim_resp_usage(g->prompt_tokens, completion);
+    if (g->s->args.prompt_tokens_details)
+        json_object_set_new(u, "prompt_tokens_details",
+                            json_pack("{s:i}", "cached_tokens", g->cached_tokens));
+    return u;
+}
+
+/* Prefix cache: look every prompt up (pinning its blocks), for the TTFT. */
+static void cache_begin(struct sim_gen *g)
+{
+    struct sim *s = g->s;
+    g->cached_tokens = 0;
+    if (!s->cache)
+        return;
+    for (int c = 0; c < g->n_choices; c++) {
+        struct gen_choice *ch = &g->choices[c];
+        if (c % g->r.n != 0)
+            continue; /* the first choice of each prompt holds its sequence */
+        const struct sim_prompt *p = &g->r.prompts[ch->prompt];
+        sim_cache_seq_init(&ch->seq);
+        ch->has_seq = true;
+        size_t hit = sim_cache_begin(s->cache, &ch->seq, p->ids.v, p->ids.n, true);
+        /* vLLM recomputes the last prompt token even when everything is cached */
+        if (hit >= p->ids.n && hit > 0)
+            hit = p->ids.n - 1;
+        g->cached_tokens += (int)hit;
+    }
+    struct sim_cache_stats cs;
+    sim_cache_get_stats(s->cache, &cs);
+    metrics_counter_add(s->m_pc_queries, (uint64_t)g->prompt_tokens);
+    metrics_counter_add(s->m_pc_hits, (uint64_t)g->cached_tokens);
+    metrics_counter_add(s->m_gpu_pc_queries, (uint64_t)g->prompt_tokens);
+    metrics_counter_add(s->m_gpu_pc_hits, (uint64_t)g->cached_tokens);
+}
+
+static void cache_end(struct sim_gen *g)
+{
+    for (int c = 0; c < g->n_choices; c++) {
+        if (g->choices[c].has_seq) {
+            sim_cache_end(g->s->cache, &g->choices[c].seq);
+            g->choices[c].has_seq = false;
+        }
+    }
+}
+
+static void stream_open(struct sim_gen *g)
+{
+    httpd_add_header(g->req, "Cache-Control", "no-cache");
+    httpd_stream_begin(g->req, 200, "text/event-stream");
+    struct strbuf sb;
+    strbuf_init(&sb, SIM_SSE_CHUNK_MAX);
+    struct sim_fmt_meta fm = fmt_meta(g);
+    if (g->r.api == SIM_API_CHAT) {
+        /* vLLM opens a chat stream with the role before the first token. */
+        for (int c = 0; c < g->n_choices; c++) {
+            json_t *chunk = sim_resp_chunk(&g->meta, c, "", true, NULL, NULL);
+            sim_sse_event(&sb, chunk);
+            json_decref(chunk);
+        }
+    } else if (g->r.api == SIM_API_RESPONSES) {
+        sim_fmt_resp_open(&sb, &fm, &g->resp_seq);
+    } else if (g->r.api == SIM_API_MESSAGES) {
+        struct sim_fmt_usage u = fmt_usage(g);
+        sim_fmt_msg_open(&sb, &fm, &u);
+    }
+    if (sb.len)
+        httpd_stream_write(g->req, sb.buf, sb.len);
+    strbuf_release(&sb);
+}
+
 static void gen_start(struct sim_gen *g)
 {
     struct sim *s = g->s;
@@ -134,24 +258,18 @@ static void gen_start(struct sim_gen *g)
     g->state = GEN_RUNNING;
     g->run_ms = reactor_now(s->r);
     metrics_counter_add(s->m_prompt_tokens, (uint64_t)g->prompt_tokens);
-    update_gauges(s);
-    if (g->r.stream) {
-        httpd_add_header(g->req, "Cache-Control", "no-cache");
-        httpd_stream_begin(g->req, 200, "text/event-stream");
-        if (g->r.api == SIM_API_CHAT) {
-            /* vLLM opens a chat stream with the role before the first token. */
-            struct strbuf sb;
-            strbuf_init(&sb, SIM_SSE_CHUNK_MAX);
-            for (int c = 0; c < g->n_choices; c++) {
-                json_t *chunk = sim_resp_chunk(&g->meta, c, "", true, NULL, NULL);
-                sim_sse_event(&sb, chunk);
-                json_decref(chunk);
-            }
-            httpd_stream_write(g->req, sb.buf, sb.len);
-            strbuf_release(&sb);
-        }
-    }
-    reactor_timer_start(s->r, &g->timer, s->args.ttft_ms, 0);
+    cache_begin(g);
+    sim_update_gauges(s);
+    /* The prefill cost: what the prefix cache did not have. A decode leg got its KV
+     * from the prefill engine. */
+    double prefill = 0;
+    if (g->r.leg != SIM_LEG_DECODE && g->r.leg != SIM_LEG_TRIGGER)
+        prefill = s->args.prefill_ms_per_token * (g->prompt_tokens - g->cached_tokens);
+    int64_t ttft = s->args.ttft_ms + (int64_t)ceil(prefill);
+    g->first_due_ms = g->run_ms + ttft;
+    if (g->r.stream)
+        stream_open(g);
+    reactor_timer_start(s->r, &g->timer, ttft, 0);
 }
 
 /* Fill free slots from the waiting queue, oldest first. */
@@ -162,7 +280,7 @@ static void schedule(struct sim *s)
     while (s->phase != SIM_STOPPING && (g = gen_list_first(&s->waiting)) &&
            s->running.count < s->args.max_num_seqs)
         gen_start(g);
-    update_gauges(s);
+    sim_update_gauges(s);
 }
 
 static void gen_enqueue(struct sim_gen *g)
@@ -174,17 +292,85 @@ static void gen_enqueue(struct sim_gen *g)
     schedule(s);
 }
 
-static json_t *usage_now(const struct sim_gen *g, int steps_done)
+static const char *finish_of(const struct sim_gen *g, const struct gen_choice *c)
 {
-    int completion = 0;
-    for (int c = 0; c < g->n_choices; c++)
-        completion += MOTOR_MIN(g->choices[c].planned, steps_done);
-    return sim_resp_usage(g->prompt_tokens, completion);
+    if (g->aborted)
+        return "abort";
+    return c->stopped ? "stop" : "length";
 }
 
-static const char *finish_of(const struct gen_choice *c)
+/* The text of the tokens generated so far (the concatenation of what a stream sent). */
+static char *choice_text(const struct gen_choice *c)
 {
-    return c->stopped ? "stop" : "length";
+    char *out = xmalloc((size_t)c->n * SIM_TOK_TEXT_MAX + 1);
+    size_t len = 0;
+    for (int i = 0; i < c->n; i++)
+        len += sim_tok_text(c->ids[i], false, out + len, SIM_TOK_TEXT_MAX);
+    out[len] = '\0';
+    return out;
+}
+
+static void token_lp(const struct gen_choice *c, int i, int top, struct sim_lp *lp)
+{
+    sim_text_logprobs((enum sim_mode)c->modes[i], c->seed, c->done0 + i, c->ids[i], top, lp);
+}
+
+/* Logprobs of tokens [from, to) of a choice in the API's shape (NULL without logprobs). */
+static json_t *choice_logprobs(struct sim_gen *g, struct gen_choice *c, int from, int to)
+{
+    if (g->r.logprobs < 0)
+        return NULL;
+    bool as_ids = g->r.return_token_ids || g->s->args.return_token_ids;
+    if (g->r.api == SIM_API_COMPLETIONS) {
+        json_t *o = sim_resp_cmpl_lp_new();
+        for (int i = from; i < to; i++) {
+            struct sim_lp lp;
+            token_lp(c, i, g->r.logprobs, &lp);
+            sim_resp_cmpl_lp_add(o, &lp, g->r.logprobs, as_ids, &c->text_off);
+        }
+        return o;
+    }
+    json_t *content = json_array();
+    for (int i = from; i < to; i++) {
+        struct sim_lp lp;
+        token_lp(c, i, g->r.logprobs, &lp);
+        json_array_append_new(content, sim_resp_chat_lp_entry(&lp, g->r.logprobs, as_ids));
+    }
+    if (g->r.api == SIM_API_RESPONSES)
+        return content;
+    return sim_resp_chat_lp_wrap(content);
+}
+
+/* The whole non-streamed body. */
+static json_t *final_body(struct sim_gen *g)
+{
+    struct sim_fmt_meta fm = fmt_meta(g);
+    struct sim_fmt_usage u = fmt_usage(g);
+    if (g->r.api == SIM_API_RESPONSES) {
+        struct gen_choice *c = &g->choices[0];
+        char *text = choice_text(c);
+        c->text_off = 0;
+        json_t *b = sim_fmt_response(&fm, c->stopped || g->aborted ? "completed" : "incomplete",
+                                     text, &u, choice_logprobs(g, c, 0, c->n));
+        free(text);
+        return b;
+    }
+    if (g->r.api == SIM_API_MESSAGES) {
+        char *text = choice_text(&g->choices[0]);
+        json_t *b = sim_fmt_message(&fm, text, g->choices[0].stopped ? "end_turn" : "max_tokens", &u);
+        free(text);
+        return b;
+    }
+    json_t *choices = json_array();
+    for (int c = 0; c < g->n_choices; c++) {
+        struct gen_choice *ch = &g->choices[c];
+        char *text = choice_text(ch);
+        ch->text_off = 0;
+        json_array_append_new(choices, sim_resp_choice_lp(g->r.api, c, text, finish_of(g, ch),
+                                                          choice_logprobs(g, ch, 0, ch->n)));
+        free(text);
+    }
+    return sim_resp_body(&g->meta, choices, usage_json(g, completion_tokens(g)));
 }
 
 /* The prefill leg's ticket: vLLM's kv_transfer_params for the decode side. */
@@ -208,42 +394,137 @@ static json_t *prefill_ticket(struct sim_gen *g)
                      "remote_request_id", g->id);
 }
 
+static void gen_done(struct sim_gen *g)
+{
+    gen_list_remove(g);
+    g->state = GEN_DONE;
+    reactor_timer_stop(g->s->r, &g->timer);
+    cache_end(g);
+}
+
 static void gen_finish(struct sim_gen *g)
 {
     struct sim *s = g->s;
-    gen_list_remove(g);
-    g->state = GEN_DONE;
+    gen_done(g);
     int64_t now = reactor_now(s->r);
     metrics_histogram_observe(s->m_e2e, (double)(now - g->arrive_ms) / 1000.0);
-    metrics_counter_inc(g->choices[0].stopped ? s->m_success_stop : s->m_success_length);
+    metrics_counter_inc(g->aborted                ? s->m_success_abort
+                        : g->choices[0].stopped ? s->m_success_stop
+                                                : s->m_success_length);
     struct httpd_req *req = g->req;
     if (g->r.stream) {
         struct strbuf sb;
         strbuf_init(&sb, SIM_SSE_CHUNK_MAX);
-        if (g->r.include_usage) {
-            json_t *chunk = sim_resp_usage_chunk(&g->meta, usage_now(g, g->steps));
-            sim_sse_event(&sb, chunk);
-            json_decref(chunk);
+        if (g->r.api == SIM_API_RESPONSES || g->r.api == SIM_API_MESSAGES) {
+            struct gen_choice *c = &g->choices[0];
+            char *text = choice_text(c);
+            struct sim_fmt_meta fm = fmt_meta(g);
+            struct sim_fmt_usage u = fmt_usage(g);
+            if (g->r.api == SIM_API_RESPONSES)
+                sim_fmt_resp_close(&sb, &fm, c->stopped || g->aborted ? "completed" : "incomplete",
+                                   text, &u, &g->resp_seq);
+            else
+                sim_fmt_msg_close(&sb, c->stopped ? "end_turn" : "max_tokens", &u);
+            free(text);
+        } else {
+            if (g->aborted) {
+                /* SGLang ends an aborted stream with finish_reason "abort" */
+                for (int c = 0; c < g->n_choices; c++) {
+                    if (g->choices[c].n >= g->choices[c].planned)
+                        continue;
+                    json_t *chunk = sim_resp_chunk(&g->meta, c, "", false, "abort", NULL);
+                    sim_sse_event(&sb, chunk);
+                    json_decref(chunk);
+                }
+            }
+            if (g->r.include_usage) {
+                json_t *chunk = sim_resp_usage_chunk(&g->meta, usage_json(g, completion_tokens(g)));
+                sim_sse_event(&sb, chunk);
+                json_decref(chunk);
+            }
+            sim_sse_done(&sb);
         }
-        sim_sse_done(&sb);
         httpd_stream_write(req, sb.buf, sb.len);
         strbuf_release(&sb);
         schedule(s);
         httpd_stream_end(req, false);
         return;
     }
-    json_t *choices = json_array();
-    for (int c = 0; c < g->n_choices; c++) {
-        char *text = sim_text_completion(g->choices[c].seed, g->choices[c].planned);
-        json_array_append_new(choices,
-                              sim_resp_choice(g->r.api, c, text, finish_of(&g->choices[c])));
-        free(text);
-    }
-    json_t *body = sim_resp_body(&g->meta, choices, usage_now(g, g->steps));
+    json_t *body = final_body(g);
     if (g->r.leg == SIM_LEG_PREFILL)
         json_object_set_new(body, "kv_transfer_params", prefill_ticket(g));
     schedule(s);
     httpd_respond_json(req, 200, body);
+}
+
+/* The `cut` fault: end the answer cleanly but unfinished — a stream without
+ * finish_reason or [DONE], a body cut in the middle. */
+static void gen_cut(struct sim_gen *g, struct strbuf *pending)
+{
+    struct sim *s = g->s;
+    gen_done(g);
+    metrics_counter_inc(s->m_failed);
+    log_info("sim_stream_cut", LF_STR("request_id", g->id), LF_INT("tokens", completion_tokens(g)),
+             LF_BOOL("stream", g->r.stream));
+    if (g->r.stream) {
+        if (pending && pending->len)
+            httpd_stream_write(g->req, pending->buf, pending->len);
+        schedule(s);
+        httpd_stream_end(g->req, false);
+        return;
+    }
+    json_t *body = final_body(g);
+    char *text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    httpd_stream_begin(g->req, 200, "application/json");
+    if (text)
+        httpd_stream_write(g->req, text, strlen(text) / 2);
+    free(text);
+    schedule(s);
+    httpd_stream_end(g->req, false);
+}
+
+/* One token of choice c: generate, record, render into sb when streaming. */
+static void emit_token(struct sim_gen *g, struct gen_choice *c, int index, struct strbuf *sb)
+{
+    struct sim *s = g->s;
+    enum sim_mode mode = s->quality;
+    int32_t id = sim_text_gen_mode(mode, c->seed, c->done0 + c->n, c->first_space);
+    c->ids[c->n] = id;
+    c->modes[c->n] = (uint8_t)mode;
+    c->n++;
+    if (c->has_seq)
+        sim_cache_append(s->cache, &c->seq, id);
+    if (!g->r.stream)
+        return;
+    char tok[SIM_TOK_TEXT_MAX];
+    sim_tok_text(id, false, tok, sizeof(tok));
+    bool last = c->n == c->planned;
+    struct sim_fmt_meta fm = fmt_meta(g);
+    switch (g->r.api) {
+    case SIM_API_RESPONSES:
+        sim_fmt_resp_delta(sb, &fm, tok, &g->resp_seq);
+        break;
+    case SIM_API_MESSAGES:
+        sim_fmt_msg_delta(sb, tok);
+        break;
+    default: {
+        json_t *usage = g->r.continuous_usage ? usage_json(g, completion_tokens(g)) : NULL;
+        json_t *chunk = sim_resp_chunk_lp(&g->meta, index, tok, false, last ? finish_of(g, c) : NULL,
+                                          usage, choice_logprobs(g, c, c->n - 1, c->n));
+        sim_sse_event(sb, chunk);
+        json_decref(chunk);
+    }
+    }
+}
+
+static void on_dying(struct reactor *r, void *arg)
+{
+    struct sim *s = arg;
+    log_error("sim_crash", LF_STR("cause", "token count reached"),
+              LF_INT("tokens_total", (long long)s->tokens_total), LF_INT("pid", getpid()));
+    kill(getpid(), SIGKILL);
+    _exit(137);
 }
 
 /* Emit the tokens whose time has come; finish when every choice is complete. */
@@ -253,15 +534,31 @@ static void gen_tick(struct reactor *r, void *arg)
     struct sim *s = g->s;
     int64_t now = reactor_now(r);
     double interval = token_interval_ms(s);
-    int64_t first_due = g->run_ms + s->args.ttft_ms;
+    if (s->dying)
+        return; /* the process is about to die: not one token more */
     if (g->r.stream && httpd_stream_pending(g->req) > SIM_STREAM_BACKLOG) {
         /* The client reads slower than we generate: wait instead of piling up. */
         reactor_timer_start(r, &g->timer, SIM_BACKLOG_RETRY_MS, 0);
         return;
     }
+    enum sim_stream_fault sf = sim_stream_fault_now(s);
+    if (sf == SIM_SF_STALL) {
+        reactor_timer_start(r, &g->timer, SIM_STALL_POLL_MS, 0);
+        return;
+    }
+    if (sf == SIM_SF_CUT) {
+        gen_cut(g, NULL);
+        return;
+    }
+    if (sf == SIM_SF_CRASH) {
+        s->dying = true;
+        reactor_timer_start(r, &s->dying_timer, 0, 0);
+        return;
+    }
     int due = g->steps;
     if (interval > 0)
-        due = (int)MOTOR_MIN((double)g->steps, floor((double)(now - first_due) / interval) + 1);
+        due = (int)MOTOR_MIN((double)g->steps,
+                             floor((double)(now - g->first_due_ms) / interval) + 1);
     if (due <= g->emitted)
         due = g->emitted + 1; /* the timer fired: at least one step is due */
     /* Bounded work per loop iteration, whatever the speed (tokens-per-second 0). */
@@ -274,43 +571,89 @@ static void gen_tick(struct reactor *r, void *arg)
     uint64_t tokens = 0;
     struct strbuf sb;
     strbuf_init(&sb, SIM_SSE_CHUNK_MAX);
-    for (int step = g->emitted; step < due; step++) {
+    enum sim_stream_fault act = SIM_SF_NONE;
+    int stopped_at = due;
+    for (int step = g->emitted; step < due && act == SIM_SF_NONE; step++) {
         for (int c = 0; c < g->n_choices; c++) {
-            const struct gen_choice *ch = &g->choices[c];
-            if (step >= ch->planned)
+            struct gen_choice *ch = &g->choices[c];
+            if (step == 0 && ch->planned == 0 && g->r.stream && is_openai(g) && !ch->ended) {
+                /* a continuation at its natural end: nothing more, but say so */
+                json_t *chunk = sim_resp_chunk(&g->meta, c, "", false, finish_of(g, ch), NULL);
+                sim_sse_event(&sb, chunk);
+                json_decref(chunk);
+                ch->ended = true;
+            }
+            /* ch->n > step: this choice has its token of this step already (a fault
+             * stopped the step half-way before) */
+            if (step >= ch->planned || ch->n > step)
                 continue;
+            if (sim_stream_fault_now(s) != SIM_SF_NONE) {
+                act = sim_stream_fault_now(s);
+                stopped_at = step;
+                break;
+            }
+            emit_token(g, ch, c, &sb);
             tokens++;
-            if (!g->r.stream)
-                continue;
-            char tok[SIM_TEXT_TOKEN_MAX];
-            sim_text_token(ch->seed, step, tok, sizeof(tok));
-            bool last = step == ch->planned - 1;
-            json_t *usage = g->r.continuous_usage ? usage_now(g, step + 1) : NULL;
-            json_t *chunk =
-                sim_resp_chunk(&g->meta, c, tok, false, last ? finish_of(ch) : NULL, usage);
-            sim_sse_event(&sb, chunk);
-            json_decref(chunk);
+            act = sim_token_sent(s);
+            if (act != SIM_SF_NONE) {
+                /* the step is complete only if every choice has its token */
+                stopped_at = step;
+                bool complete = true;
+                for (int q = 0; q < g->n_choices; q++)
+                    complete = complete && (step >= g->choices[q].planned || g->choices[q].n > step);
+                if (complete)
+                    stopped_at = step + 1;
+                break;
+            }
         }
     }
-    g->emitted = due;
+    g->emitted = act == SIM_SF_NONE ? due : stopped_at;
     metrics_counter_add(s->m_gen_tokens, tokens);
+    if (act == SIM_SF_CRASH) {
+        /* send what was generated, then die on the next iteration (after the write) */
+        if (g->r.stream && sb.len)
+            httpd_stream_write(g->req, sb.buf, sb.len);
+        strbuf_release(&sb);
+        s->dying = true;
+        reactor_timer_start(r, &s->dying_timer, 0, 0);
+        return;
+    }
+    if (act == SIM_SF_CUT) {
+        gen_cut(g, &sb);
+        strbuf_release(&sb);
+        return;
+    }
     if (g->r.stream && sb.len > 0 && httpd_stream_write(g->req, sb.buf, sb.len) < 0) {
         /* Client gone (or hopelessly slow): stop producing; on_close frees g. */
         strbuf_release(&sb);
-        gen_list_remove(g);
-        g->state = GEN_DONE;
+        gen_done(g);
         metrics_counter_inc(s->m_failed);
         schedule(s);
         httpd_stream_end(g->req, true);
         return;
     }
     strbuf_release(&sb);
+    if (act == SIM_SF_STALL) {
+        reactor_timer_start(r, &g->timer, SIM_STALL_POLL_MS, 0);
+        return;
+    }
     if (g->emitted >= g->steps) {
         gen_finish(g);
         return;
     }
-    int64_t next_due = first_due + (int64_t)ceil(interval * g->emitted);
+    int64_t next_due = g->first_due_ms + (int64_t)ceil(interval * g->emitted);
     reactor_timer_start(r, &g->timer, capped ? 0 : MOTOR_MAX(next_due - now, 0), 0);
+}
+
+static void gen_free(struct sim_gen *g)
+{
+    for (int c = 0; c < g->n_choices; c++) {
+        free(g->choices[c].ids);
+        free(g->choices[c].modes);
+    }
+    sim_req_release(&g->r);
+    free(g->choices);
+    free(g);
 }
 
 static void gen_on_close(struct httpd_req *req, void *arg)
@@ -328,12 +671,75 @@ static void gen_on_close(struct httpd_req *req, void *arg)
     }
     bool was_running = g->state == GEN_RUNNING;
     gen_list_remove(g);
+    cache_end(g);
     if (was_running)
         schedule(s);
-    update_gauges(s);
-    sim_req_release(&g->r);
-    free(g->choices);
-    free(g);
+    sim_update_gauges(s);
+    gen_free(g);
+}
+
+void sim_engine_resume(struct sim *s)
+{
+    /* stalled generations poll; nothing to do but let them see the change at once */
+    struct list_head *pos;
+    list_for_each(pos, &s->running.head)
+    {
+        struct sim_gen *g = list_entry(pos, struct sim_gen, link);
+        if (g->emitted > 0 || reactor_timer_active(&g->timer))
+            reactor_timer_start(s->r, &g->timer, 0, 0);
+    }
+}
+
+static bool rid_matches(const struct sim_gen *g, const char *rid)
+{
+    if (g->r.request_id && !strcmp(g->r.request_id, rid))
+        return true;
+    if (!strcmp(g->id, rid))
+        return true;
+    const char *dash = strchr(g->id, '-');
+    const char *us = strchr(g->id, '_');
+    const char *sep = dash && (!us || dash < us) ? dash : us;
+    return sep && !strcmp(sep + 1, rid);
+}
+
+static void gen_abort(struct sim_gen *g)
+{
+    struct sim *s = g->s;
+    if (g->fetch)
+        httpc_cancel(s->httpc, g->fetch);
+    g->fetch = NULL;
+    g->aborted = true;
+    log_info("sim_request_aborted", LF_STR("request_id", g->id), LF_STR("by", "abort_request"),
+             LF_INT("tokens", completion_tokens(g)));
+    metrics_counter_inc(s->m_failed);
+    /* finish_reason "abort" on what was generated (nothing yet when it never ran) */
+    if (g->state != GEN_RUNNING && g->r.stream)
+        stream_open(g);
+    gen_finish(g);
+}
+
+int sim_engine_abort(struct sim *s, const char *rid, bool all)
+{
+    /* Collect first: aborting one generation schedules waiting ones (moving them
+     * between the lists being walked). */
+    struct sim_gen_list *lists[] = {&s->running, &s->waiting, &s->fetching};
+    size_t total = (size_t)(s->running.count + s->waiting.count + s->fetching.count);
+    struct sim_gen **hit = xcalloc(total ? total : 1, sizeof(*hit));
+    size_t n = 0;
+    for (size_t l = 0; l < ARRAY_LEN(lists); l++) {
+        struct list_head *pos;
+        list_for_each(pos, &lists[l]->head)
+        {
+            struct sim_gen *g = list_entry(pos, struct sim_gen, link);
+            if (n < total && (all || (rid && rid_matches(g, rid))))
+                hit[n++] = g;
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        gen_abort(hit[i]);
+    free(hit);
+    sim_update_gauges(s);
+    return (int)n;
 }
 
 /* ---- decode leg: take the ticket from the prefill engine ----------------------------- */
@@ -349,21 +755,21 @@ static void fetch_done(const struct httpc_response *resp, void *arg)
     long long block = (long long)g->r.remote_block_ids[0];
     if (resp->error) {
         g->state = GEN_DONE;
-        update_gauges(s);
+        sim_update_gauges(s);
         log_warn("sim_kv_fetch_failed", LF_STR("request_id", g->id), LF_STR("host", host),
                  LF_INT("port", port), LF_STR("error", resp->error_text));
-        respond_error(g->req, 502, "kv_transfer_params",
-                      "prefill engine %s:%d unreachable while fetching KV ticket %lld: %s", host,
-                      port, block, resp->error_text);
+        respond_error_gen(g, 502, "kv_transfer_params",
+                          "prefill engine %s:%d unreachable while fetching KV ticket %lld: %s",
+                          host, port, block, resp->error_text);
         return;
     }
     if (resp->status == 404) {
         g->state = GEN_DONE;
-        update_gauges(s);
-        respond_error(g->req, 400, "kv_transfer_params",
-                      "unknown KV ticket %lld at prefill engine %s:%d (expired, already taken "
-                      "or never issued)",
-                      block, host, port);
+        sim_update_gauges(s);
+        respond_error_gen(g, 400, "kv_transfer_params",
+                          "unknown KV ticket %lld at prefill engine %s:%d (expired, already "
+                          "taken or never issued)",
+                          block, host, port);
         return;
     }
     json_error_t jerr;
@@ -374,21 +780,21 @@ static void fetch_done(const struct httpc_response *resp, void *arg)
     snprintf(want, sizeof(want), "%016" PRIx64, g->r.prompts[0].hash);
     if (!hash || !eid) {
         g->state = GEN_DONE;
-        update_gauges(s);
-        respond_error(g->req, 502, "kv_transfer_params",
-                      "prefill engine %s:%d answered HTTP %ld to the KV ticket fetch", host, port,
-                      resp->status);
+        sim_update_gauges(s);
+        respond_error_gen(g, 502, "kv_transfer_params",
+                          "prefill engine %s:%d answered HTTP %ld to the KV ticket fetch", host,
+                          port, resp->status);
     } else if (g->r.remote_engine_id && strcmp(eid, g->r.remote_engine_id) != 0) {
         g->state = GEN_DONE;
-        update_gauges(s);
-        respond_error(g->req, 400, "kv_transfer_params",
-                      "KV ticket %lld belongs to engine %s, not remote_engine_id %s", block, eid,
-                      g->r.remote_engine_id);
+        sim_update_gauges(s);
+        respond_error_gen(g, 400, "kv_transfer_params",
+                          "KV ticket %lld belongs to engine %s, not remote_engine_id %s", block,
+                          eid, g->r.remote_engine_id);
     } else if (strcmp(hash, want) != 0) {
         g->state = GEN_DONE;
-        update_gauges(s);
-        respond_error(g->req, 400, "kv_transfer_params",
-                      "KV ticket %lld was computed for another prompt", block);
+        sim_update_gauges(s);
+        respond_error_gen(g, 400, "kv_transfer_params",
+                          "KV ticket %lld was computed for another prompt", block);
     } else {
         log_debug("sim_kv_fetched", LF_STR("request_id", g->id), LF_INT("first_block", block),
                   LF_INT("ms", resp->elapsed_ms));
@@ -411,43 +817,109 @@ static void gen_fetch(struct sim_gen *g)
     };
     g->state = GEN_FETCHING;
     gen_list_push(&s->fetching, g);
-    update_gauges(s);
+    sim_update_gauges(s);
     g->fetch = httpc_request(s->httpc, &o, fetch_done, g);
     free(url);
 }
 
-/* ---- inference routes --------------------------------------------------------------- */
+/* ---- trigger leg: the metaserver callback (concurrent_engine_sync) ------------------- */
 
-/* 503/500 while the engine cannot serve; false when it can. */
-static bool refuse_inference(struct sim *s, struct httpd_req *req)
+/* vLLM's engine-side request id, which the metaserver keys its requests by:
+ * "cmpl-<id>-0" for completions, "chatcmpl-<id>" for chat. */
+static void engine_request_id(const struct sim_gen *g, char *out, size_t cap)
 {
-    if (s->phase == SIM_LOADING) {
-        respond_error(req, 503, NULL, "model is still loading");
-        return true;
-    }
-    if (s->phase == SIM_STOPPING) {
-        respond_error(req, 503, NULL, "engine is shutting down");
-        return true;
-    }
-    switch (s->fault) {
-    case SIM_FAULT_UNHEALTHY:
-        respond_error(req, 503, NULL, "engine is unhealthy (injected fault)");
-        return true;
-    case SIM_FAULT_FT_DEAD:
-        respond_error(req, 503, NULL, "engine is dead (injected fault)");
-        return true;
-    case SIM_FAULT_ERROR:
-        respond_error(req, 500, NULL, "internal engine error (injected fault)");
-        return true;
-    default:
-        break;
-    }
-    if (s->ft_recovering) {
-        respond_error(req, 503, NULL, "engine is recovering (fault tolerance)");
-        return true;
-    }
-    return false;
+    if (g->r.api == SIM_API_COMPLETIONS)
+        snprintf(out, cap, "%s-0", g->id);
+    else
+        snprintf(out, cap, "%s", g->id);
 }
+
+static void meta_done(const struct httpc_response *resp, void *arg)
+{
+    struct sim_gen *g = arg;
+    struct sim *s = g->s;
+    g->fetch = NULL;
+    gen_list_remove(g);
+    bool ok = !resp->error && resp->status >= 200 && resp->status < 300;
+    log_info("sim_metaserver_callback", LF_STR("request_id", g->id), LF_INT("attempt", g->attempt),
+             LF_INT("status", resp->status), LF_STR("error", resp->error ? resp->error_text : NULL),
+             LF_INT("ms", resp->elapsed_ms));
+    if (ok) {
+        gen_enqueue(g);
+        return;
+    }
+    g->state = GEN_DONE;
+    sim_update_gauges(s);
+    if (resp->error)
+        respond_error_gen(g, 502, "kv_transfer_params", "metaserver %s unreachable: %s",
+                          g->r.metaserver, resp->error_text);
+    else
+        respond_error_gen(g, 502, "kv_transfer_params",
+                          "metaserver %s answered HTTP %ld to the prefill callback (attempt %d)%s",
+                          g->r.metaserver, resp->status, g->attempt,
+                          resp->status == 404   ? ": unknown request"
+                          : resp->status == 409 ? ": stale attempt"
+                                                : "");
+}
+
+static void meta_call(struct reactor *r, void *arg)
+{
+    struct sim_gen *g = arg;
+    struct sim *s = g->s;
+    reactor_timer_init(&g->timer, gen_tick, g); /* the delay is over: back to pacing */
+    if (s->meta_fault == SIM_META_FAIL) {
+        gen_list_remove(g);
+        g->state = GEN_DONE;
+        sim_update_gauges(s);
+        log_warn("sim_metaserver_callback", LF_STR("request_id", g->id),
+                 LF_STR("error", "injected fault metaserver_fail"));
+        respond_error_gen(g, 502, "kv_transfer_params",
+                          "metaserver callback failed (injected fault)");
+        return;
+    }
+    char rid[SIM_REQ_MAX_ID_LEN + 32];
+    engine_request_id(g, rid, sizeof(rid));
+    /* the prefill leg's kv_transfer_params: pull from / push to this decode engine */
+    json_t *blocks = json_array();
+    int nb = (g->r.prompts[0].tokens + s->args.block_size - 1) / s->args.block_size;
+    for (int i = 0; i < nb && i < SIM_KV_MAX_BLOCKS; i++)
+        json_array_append_new(blocks, json_integer(i));
+    json_t *body = json_pack("{s:s, s:b, s:b, s:s, s:s, s:i, s:o, s:s}", "request_id", rid,
+                             "do_remote_decode", 1, "do_remote_prefill", 0, "remote_engine_id",
+                             s->engine_id, "remote_host", s->kv_host, "remote_port", (int)s->port,
+                             "remote_block_ids", blocks, "metaserver", g->r.metaserver);
+    char *text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    const char *url = g->r.metaserver;
+    char *full = strstr(url, "attempt=") ? xstrdup(url)
+                                         : xasprintf("%s%sattempt=%d", url,
+                                                     strchr(url, '?') ? "&" : "?", g->attempt);
+    struct httpc_opts o = {.method = "POST",
+                           .url = full,
+                           .body = text,
+                           .timeout_ms = SIM_META_TIMEOUT_MS,
+                           .max_response = SIM_KV_FETCH_MAX_RESPONSE};
+    g->fetch = httpc_request(s->httpc, &o, meta_done, g);
+    free(full);
+    free(text);
+}
+
+static void gen_trigger(struct sim_gen *g)
+{
+    struct sim *s = g->s;
+    g->state = GEN_FETCHING;
+    g->attempt = 1;
+    gen_list_push(&s->fetching, g);
+    sim_update_gauges(s);
+    if (s->meta_fault == SIM_META_DELAY && s->meta_delay_ms > 0) {
+        reactor_timer_init(&g->timer, meta_call, g);
+        reactor_timer_start(s->r, &g->timer, s->meta_delay_ms, 0);
+        return;
+    }
+    meta_call(s->r, g);
+}
+
+/* ---- inference routes --------------------------------------------------------------- */
 
 static void make_id(struct sim *s, struct sim_gen *g)
 {
@@ -455,37 +927,81 @@ static void make_id(struct sim *s, struct sim_gen *g)
     const char *hdr = httpd_req_header(g->req, "X-Request-Id");
     if (!rid && hdr && *hdr && strlen(hdr) <= SIM_REQ_MAX_ID_LEN)
         rid = hdr;
-    const char *prefix = g->r.api == SIM_API_CHAT ? "chatcmpl-" : "cmpl-";
+    const char *prefix = g->r.api == SIM_API_CHAT        ? "chatcmpl-"
+                         : g->r.api == SIM_API_RESPONSES ? "resp_"
+                         : g->r.api == SIM_API_MESSAGES  ? "msg_"
+                                                         : "cmpl-";
     if (rid)
         snprintf(g->id, sizeof(g->id), "%s%s", prefix, rid);
     else
         snprintf(g->id, sizeof(g->id), "%s%016" PRIx64 "%08" PRIx64, prefix, s->id_base,
                  ++s->id_seq);
+    snprintf(g->item_id, sizeof(g->item_id), "msg_%s", strchr(g->id, '_') ? strchr(g->id, '_') + 1
+                                                                        : g->id);
+}
+
+/* Choices: where each prompt's answer starts (a continuation?), its seed and plan. */
+static void plan_choices(struct sim *s, struct sim_gen *g)
+{
+    g->n_choices = (int)g->r.n_prompts * g->r.n;
+    g->choices = xcalloc((size_t)g->n_choices, sizeof(*g->choices));
+    g->steps = 1;
+    bool natural = s->quality == SIM_MODE_GOOD;
+    for (size_t p = 0; p < g->r.n_prompts; p++) {
+        const struct sim_prompt *pr = &g->r.prompts[p];
+        struct sim_text_origin o;
+        sim_text_locate(pr->ids.v, pr->ids.n, &o);
+        bool fs = sim_text_first_space(pr->ids.v, o.split);
+        for (int k = 0; k < g->r.n; k++) {
+            struct gen_choice *c = &g->choices[p * (size_t)g->r.n + (size_t)k];
+            c->prompt = (int)p;
+            c->seed = sim_text_seed(o.hash, (o.k + k) % SIM_TEXT_MAX_K);
+            c->done0 = o.m;
+            c->first_space = fs;
+            if (natural) {
+                c->planned = sim_text_plan_from(c->seed, c->done0, g->r.max_tokens,
+                                                g->r.min_tokens, g->r.ignore_eos, &c->stopped);
+            } else {
+                c->planned = g->r.max_tokens; /* a broken model does not stop */
+                c->stopped = false;
+            }
+            c->ids = xcalloc((size_t)MOTOR_MAX(c->planned, 1), sizeof(*c->ids));
+            c->modes = xcalloc((size_t)MOTOR_MAX(c->planned, 1), 1);
+            g->steps = MOTOR_MAX(g->steps, c->planned);
+        }
+        if (o.found)
+            log_debug("sim_continuation", LF_INT("prompt", p), LF_INT("split", o.split),
+                      LF_INT("continued_tokens", o.m), LF_INT("choice", o.k));
+    }
 }
 
 static void handle_infer(struct httpd_req *req, struct sim *s, enum sim_api api)
 {
-    if (refuse_inference(s, req))
+    if (sim_refuse(s, req))
         return;
     char jmsg[200];
     json_t *body = httpd_req_json(req, jmsg, sizeof(jmsg));
     if (!body) {
-        respond_error(req, 400, NULL, "malformed JSON body: %s", jmsg);
+        sim_respond_error(req, 400, NULL, "malformed JSON body: %s", jmsg);
         return;
     }
     const char *names[64];
-    size_t n_names = MOTOR_MIN(s->args.n_served, ARRAY_LEN(names));
-    for (size_t i = 0; i < n_names; i++)
-        names[i] = s->args.served_names[i];
-    struct sim_req_limits lim = {
-        .max_model_len = s->args.max_model_len, .models = names, .n_models = n_names};
+    struct sim_req_limits lim;
+    sim_limits(s, &lim, names, ARRAY_LEN(names));
     struct sim_gen *g = xcalloc(1, sizeof(*g));
     struct sim_err err;
     int rc = sim_req_parse(body, api, &lim, &g->r, &err);
     json_decref(body);
+    if (!rc && g->r.logprobs > s->args.max_logprobs) {
+        sim_err_set(&err, 400, api == SIM_API_COMPLETIONS ? "logprobs" : "top_logprobs",
+                    "Requested sample logprobs of %d, which is greater than max allowed: %d",
+                    g->r.logprobs, s->args.max_logprobs);
+        sim_req_release(&g->r);
+        rc = -EINVAL;
+    }
     if (rc) {
         free(g);
-        httpd_respond_json(req, err.status, sim_resp_error_from(&err));
+        sim_respond_error(req, err.status, err.param, "%s", err.message);
         return;
     }
     g->s = s;
@@ -497,27 +1013,17 @@ static void handle_infer(struct httpd_req *req, struct sim *s, enum sim_api api)
                                      .created = util_wall_ms() / 1000,
                                      .model = g->r.model,
                                      .usage_null = g->r.include_usage};
-    g->n_choices = (int)g->r.n_prompts * g->r.n;
-    g->choices = xcalloc((size_t)g->n_choices, sizeof(*g->choices));
-    for (size_t p = 0; p < g->r.n_prompts; p++) {
-        for (int k = 0; k < g->r.n; k++) {
-            struct gen_choice *c = &g->choices[p * (size_t)g->r.n + (size_t)k];
-            c->seed = sim_text_seed(g->r.prompts[p].hash, k);
-            c->planned = sim_text_plan(c->seed, g->r.max_tokens, g->r.min_tokens, g->r.ignore_eos,
-                                       &c->stopped);
-            g->steps = MOTOR_MAX(g->steps, c->planned);
-        }
-    }
-    /* A prefill leg only computes the prompt (and the one token it was asked for). */
+    plan_choices(s, g);
     g->prompt_tokens = sim_req_prompt_tokens(&g->r);
     reactor_timer_init(&g->timer, gen_tick, g);
     httpd_req_on_close(req, gen_on_close, g);
-    log_debug("sim_request", LF_STR("request_id", g->id),
-              LF_STR("api", api == SIM_API_CHAT ? "chat" : "completions"),
+    log_debug("sim_request", LF_STR("request_id", g->id), LF_INT("api", (int)api),
               LF_INT("prompt_tokens", g->prompt_tokens), LF_INT("max_tokens", g->r.max_tokens),
               LF_BOOL("stream", g->r.stream), LF_INT("leg", (int)g->r.leg));
     if (g->r.leg == SIM_LEG_DECODE)
         gen_fetch(g);
+    else if (g->r.leg == SIM_LEG_TRIGGER)
+        gen_trigger(g);
     else
         gen_enqueue(g);
 }
@@ -532,333 +1038,22 @@ static void on_chat(struct httpd_req *req, void *arg)
     handle_infer(req, arg, SIM_API_CHAT);
 }
 
-/* ---- probes, models, metrics --------------------------------------------------------- */
-
-static void on_health(struct httpd_req *req, void *arg)
+static void on_responses(struct httpd_req *req, void *arg)
 {
-    struct sim *s = arg;
-    if (s->phase == SIM_LOADING)
-        respond_error(req, 503, NULL, "model is still loading");
-    else if (s->phase == SIM_STOPPING)
-        respond_error(req, 503, NULL, "engine is shutting down");
-    else if (s->fault == SIM_FAULT_UNHEALTHY || s->fault == SIM_FAULT_FT_DEAD || s->ft_recovering)
-        respond_error(req, 503, NULL, "engine is %s",
-                      s->fault == SIM_FAULT_FT_DEAD ? "dead" : "unhealthy");
-    else
-        httpd_respond(req, 200, "text/plain", "", 0);
+    handle_infer(req, arg, SIM_API_RESPONSES);
 }
 
-static void on_models(struct httpd_req *req, void *arg)
+static void on_messages(struct httpd_req *req, void *arg)
 {
-    struct sim *s = arg;
-    if (s->phase == SIM_LOADING) {
-        respond_error(req, 503, NULL, "model is still loading");
-        return;
-    }
-    json_t *data = json_array();
-    for (size_t i = 0; i < s->args.n_served; i++)
-        json_array_append_new(data,
-                              json_pack("{s:s, s:s, s:I, s:s, s:s, s:n, s:i, s:[]}", "id",
-                                        s->args.served_names[i], "object", "model", "created",
-                                        (json_int_t)(s->start_wall_ms / 1000), "owned_by", "vllm",
-                                        "root", s->args.model, "parent", "max_model_len",
-                                        s->args.max_model_len, "permission"));
-    httpd_respond_json(req, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
-}
-
-static void on_version(struct httpd_req *req, void *arg)
-{
-    httpd_respond_json(req, 200, json_pack("{s:s}", "version", "motor-engine-sim-" MOTOR_VERSION));
-}
-
-static void on_metrics(struct httpd_req *req, void *arg)
-{
-    struct sim *s = arg;
-    update_gauges(s);
-    size_t len = 0;
-    char *text = metrics_render_alloc(s->metrics, (size_t)1 << 20, &len);
-    if (!text) {
-        respond_error(req, 500, NULL, "metrics too large");
-        return;
-    }
-    httpd_respond(req, 200, METRICS_CONTENT_TYPE, text, len);
-    free(text);
-}
-
-void sim_metrics_init(struct sim *s)
-{
-    s->metrics = metrics_registry_new();
-    char engine[16];
-    snprintf(engine, sizeof(engine), "%d", s->args.dp_rank);
-    const char *model = s->args.served_names[0];
-    struct metrics_registry *m = s->metrics;
-#define GAUGE(name, help)                                                                          \
-    metrics_gauge_labels(metrics_gauge_family(m, name, help, "model_name", "engine"),              \
-                         "model_name", model, "engine", engine)
-#define COUNTER(name, help)                                                                        \
-    metrics_counter_labels(metrics_counter_family(m, name, help, "model_name", "engine"),          \
-                           "model_name", model, "engine", engine)
-    s->m_running =
-        GAUGE("vllm:num_requests_running", "Number of requests in model execution batches.");
-    s->m_waiting =
-        GAUGE("vllm:num_requests_waiting", "Number of requests waiting to be processed.");
-    struct metrics_family *wr = metrics_gauge_family(m, "vllm:num_requests_waiting_by_reason",
-                                                     "Number of waiting requests by reason.",
-                                                     "model_name", "engine", "reason");
-    s->m_wait_capacity =
-        metrics_gauge_labels(wr, "model_name", model, "engine", engine, "reason", "capacity");
-    s->m_wait_kv =
-        metrics_gauge_labels(wr, "model_name", model, "engine", engine, "reason", "remote_kvs");
-    s->m_kv_usage = GAUGE("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.");
-    s->m_prompt_tokens = COUNTER("vllm:prompt_tokens_total", "Number of prefill tokens processed.");
-    s->m_gen_tokens =
-        COUNTER("vllm:generation_tokens_total", "Number of generation tokens processed.");
-    struct metrics_family *ok = metrics_counter_family(m, "vllm:request_success_total",
-                                                       "Count of successfully processed requests.",
-                                                       "model_name", "engine", "finished_reason");
-    s->m_success_length = metrics_counter_labels(ok, "model_name", model, "engine", engine,
-                                                 "finished_reason", "length");
-    s->m_success_stop = metrics_counter_labels(ok, "model_name", model, "engine", engine,
-                                               "finished_reason", "stop");
-    s->m_failed = COUNTER("sim:requests_aborted_total",
-                          "Requests ended before completion (client gone, stream cut).");
-    static const double lat[] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
-    s->m_ttft = metrics_histogram_labels(
-        metrics_histogram_family(m, "vllm:time_to_first_token_seconds",
-                                 "Histogram of time to first token in seconds.", lat,
-                                 ARRAY_LEN(lat), "model_name", "engine"),
-        "model_name", model, "engine", engine);
-    s->m_e2e = metrics_histogram_labels(
-        metrics_histogram_family(m, "vllm:e2e_request_latency_seconds",
-                                 "Histogram of end to end request latency in seconds.", lat,
-                                 ARRAY_LEN(lat), "model_name", "engine"),
-        "model_name", model, "engine", engine);
-#undef GAUGE
-#undef COUNTER
-    update_gauges(s);
-}
-
-/* ---- PD: the prefill side of the ticket --------------------------------------------- */
-
-static void on_kv_take(struct httpd_req *req, void *arg)
-{
-    struct sim *s = arg;
-    int64_t block;
-    if (util_parse_i64(httpd_req_param(req, "id"), 0, INT64_MAX, &block)) {
-        httpd_respond_error(req, 400, "KV ticket id must be a non-negative integer");
-        return;
-    }
-    struct sim_kv_ticket t;
-    if (sim_kv_take(s->kv, block, reactor_now(s->r), &t)) {
-        log_info("sim_kv_ticket_unknown", LF_INT("first_block", block),
-                 LF_STR("peer", httpd_req_peer(req)));
-        httpd_respond_error(req, 404, "unknown KV ticket");
-        return;
-    }
-    char hash[24];
-    snprintf(hash, sizeof(hash), "%016" PRIx64, t.prompt_hash);
-    json_t *ids = json_array();
-    for (int i = 0; i < t.n_blocks; i++)
-        json_array_append_new(ids, json_integer(t.first_block + i));
-    log_debug("sim_kv_ticket_taken", LF_INT("first_block", block),
-              LF_STR("peer", httpd_req_peer(req)));
-    httpd_respond_json(req, 200,
-                       json_pack("{s:s, s:I, s:o, s:s, s:i}", "engine_id", s->engine_id,
-                                 "first_block", (json_int_t)t.first_block, "block_ids", ids,
-                                 "prompt_hash", hash, "prompt_tokens", t.prompt_tokens));
-}
-
-/* ---- fault tolerance ------------------------------------------------------------------ */
-
-static void ft_recovered(struct reactor *r, void *arg)
-{
-    struct sim *s = arg;
-    s->ft_recovering = false;
-    if (s->fault == SIM_FAULT_UNHEALTHY) {
-        s->fault = SIM_FAULT_NONE;
-        free(s->fault_info);
-        s->fault_info = NULL;
-    }
-    log_info("sim_ft_recovered", LF_STR("request_id", s->ft_last_request_id),
-             LF_STR("instruction", s->ft_instruction), LF_INT("dp_size", s->args.dp_size));
-}
-
-static void on_ft_status(struct httpd_req *req, void *arg)
-{
-    struct sim *s = arg;
-    json_t *e = json_pack("{s:i}", "id", s->args.dp_rank);
-    const char *status = "healthy";
-    if (s->fault == SIM_FAULT_FT_DEAD) {
-        status = "dead";
-        json_object_set_new(
-            e, "fault_info",
-            json_string(s->fault_info ? s->fault_info : "EngineDeadError (injected)"));
-    } else if (s->ft_recovering) {
-        status = "unhealthy";
-        json_object_set_new(e, "ft_state", json_string("recovering"));
-    } else if (s->fault == SIM_FAULT_UNHEALTHY) {
-        status = "unhealthy";
-        json_object_set_new(
-            e, "fault_info",
-            json_string(s->fault_info ? s->fault_info : "EngineUnhealthyError (injected)"));
-    }
-    json_object_set_new(e, "status", json_string(status));
-    if (s->ft_last_request_id)
-        json_object_set_new(e, "last_ft_request_id", json_string(s->ft_last_request_id));
-    httpd_respond_json(req, 200, json_pack("{s:[o]}", "engines", e));
-}
-
-/* Body (the node manager forwards {instruction, params, request_id}; "action" and a
- * top-level removed_dp_ranks are accepted too). */
-static void on_ft_apply(struct httpd_req *req, void *arg)
-{
-    struct sim *s = arg;
-    char jmsg[200];
-    json_t *body = httpd_req_json(req, jmsg, sizeof(jmsg));
-    if (!json_is_object(body)) {
-        json_decref(body);
-        respond_error(req, 400, NULL, "body must be a JSON object%s%s", body ? "" : ": ",
-                      body ? "" : jmsg);
-        return;
-    }
-    const json_t *rid = json_object_get(body, "request_id");
-    const json_t *ins = json_object_get(body, "instruction");
-    if (!ins)
-        ins = json_object_get(body, "action");
-    const json_t *params = json_object_get(body, "params");
-    const json_t *removed =
-        json_object_get(json_is_object(params) ? params : body, "removed_dp_ranks");
-    if (!removed)
-        removed = json_object_get(body, "removed_dp_ranks");
-    const char *instruction = json_string_value(ins);
-    if (!json_is_string(rid) || json_string_length(rid) == 0 ||
-        json_string_length(rid) > SIM_REQ_MAX_ID_LEN) {
-        respond_error(req, 400, "request_id", "'request_id' must be a non-empty string");
-        goto out;
-    }
-    if (!instruction || (strcmp(instruction, "scale_down") && strcmp(instruction, "retry"))) {
-        respond_error(req, 400, "instruction", "'instruction' must be 'scale_down' or 'retry'");
-        goto out;
-    }
-    if (params && !json_is_null(params) && !json_is_object(params)) {
-        respond_error(req, 400, "params", "'params' must be an object");
-        goto out;
-    }
-    int n_removed = 0;
-    if (!strcmp(instruction, "scale_down")) {
-        if (!json_is_array(removed) || json_array_size(removed) == 0) {
-            respond_error(req, 400, "removed_dp_ranks",
-                          "scale_down needs a non-empty 'removed_dp_ranks' list");
-            goto out;
-        }
-        size_t i;
-        const json_t *v;
-        json_array_foreach(removed, i, v)
-        {
-            if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 65535) {
-                respond_error(req, 400, "removed_dp_ranks",
-                              "'removed_dp_ranks' must hold DP ranks (integers 0..65535)");
-                goto out;
-            }
-            if (json_integer_value(v) == s->args.dp_rank) {
-                respond_error(req, 400, "removed_dp_ranks",
-                              "this engine (DP rank %d) is in removed_dp_ranks: apply goes to "
-                              "survivors only",
-                              s->args.dp_rank);
-                goto out;
-            }
-        }
-        n_removed = (int)json_array_size(removed);
-    }
-    if (s->fault == SIM_FAULT_FT_DEAD) {
-        respond_error(req, 409, NULL, "engine is dead: it cannot apply %s", instruction);
-        goto out;
-    }
-    free(s->ft_last_request_id);
-    free(s->ft_instruction);
-    s->ft_last_request_id = xstrdup(json_string_value(rid));
-    s->ft_instruction = xstrdup(instruction);
-    if (n_removed > 0)
-        s->args.dp_size = MOTOR_MAX(1, s->args.dp_size - n_removed);
-    s->ft_recovering = true;
-    reactor_timer_start(s->r, &s->ft_timer, s->args.ft_recover_ms, 0);
-    sim_dp_dissolve(s, "fault-tolerance apply changed the DP world");
-    char *params_text = params ? json_dumps(params, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
-    log_info("sim_ft_apply", LF_STR("request_id", s->ft_last_request_id),
-             LF_STR("instruction", instruction),
-             LF_RAW("params", params_text ? params_text : "null"),
-             LF_INT("recover_ms", s->args.ft_recover_ms));
-    free(params_text);
-    httpd_respond_json(req, 202,
-                       json_pack("{s:b, s:s, s:s, s:i}", "accepted", 1, "request_id",
-                                 s->ft_last_request_id, "instruction", instruction, "dp_rank",
-                                 s->args.dp_rank));
-out:
-    json_decref(body);
-}
-
-/* ---- simulator-only routes ------------------------------------------------------------ */
-
-static void fault_req_closed(struct httpd_req *req, void *arg)
-{
-    struct sim *s = arg;
-    /* The answer is out: let the process-ending fault act now. */
-    if (s->pending_end)
-        reactor_timer_start(s->r, &s->end_timer, 0, 0);
-}
-
-static void on_fault(struct httpd_req *req, void *arg)
-{
-    struct sim *s = arg;
-    char jmsg[200];
-    json_t *body = httpd_req_json(req, jmsg, sizeof(jmsg));
-    const char *mode = json_string_value(json_object_get(body, "mode"));
-    const json_t *ign = json_object_get(body, "ignore_sigterm");
-    if (!mode || (ign && !json_is_boolean(ign))) {
-        respond_error(req, 400, "mode",
-                      "body must be {\"mode\": \"crash|exit0|hang|unhealthy|ft_dead|error|"
-                      "recover\"} (optional \"ignore_sigterm\": bool for hang)");
-        json_decref(body);
-        return;
-    }
-    const char *previous = sim_fault_name(s->fault);
-    char *mode_copy = xstrdup(mode);
-    int rc = sim_fault_apply(s, mode_copy, json_is_true(ign));
-    json_decref(body);
-    if (rc) {
-        respond_error(req, 400, "mode", "unknown fault mode '%s'", mode_copy);
-        free(mode_copy);
-        return;
-    }
-    if (s->pending_end)
-        httpd_req_on_close(req, fault_req_closed, s);
-    httpd_respond_json(req, 200, json_pack("{s:s, s:s}", "mode", mode_copy, "previous", previous));
-    free(mode_copy);
-}
-
-static const char *phase_name(enum sim_phase p)
-{
-    return p == SIM_LOADING ? "loading" : p == SIM_READY ? "ready" : "stopping";
-}
-
-static void on_sim_status(struct httpd_req *req, void *arg)
-{
-    struct sim *s = arg;
-    json_t *workers = json_array();
-    for (int i = 0; i < s->n_workers; i++)
-        if (s->workers[i].pidfd >= 0)
-            json_array_append_new(workers, json_integer(s->workers[i].pid));
-    httpd_respond_json(req, 200,
-                       json_pack("{s:s, s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:o, s:b}",
-                                 "engine_id", s->engine_id, "phase", phase_name(s->phase), "fault",
-                                 sim_fault_name(s->fault), "dp_rank", s->args.dp_rank, "dp_size",
-                                 s->args.dp_size, "running", s->running.count, "waiting",
-                                 s->waiting.count, "fetching", s->fetching.count, "kv_tickets",
-                                 (int)sim_kv_count(s->kv), "workers", workers, "ft_recovering",
-                                 s->ft_recovering));
+    handle_infer(req, arg, SIM_API_MESSAGES);
 }
 
 /* ---- server -------------------------------------------------------------------------- */
+
+static bool wildcard_host(const char *h)
+{
+    return !h || !*h || !strcmp(h, "0.0.0.0") || !strcmp(h, "::") || !strcmp(h, "[::]");
+}
 
 int sim_engine_start(struct sim *s)
 {
@@ -869,6 +1064,9 @@ int sim_engine_start(struct sim *s)
         .port = (uint16_t)s->args.port,
         .max_body = (size_t)1 << 20,
         .quiet_paths = quiet,
+        /* vLLM (uvicorn) has no connection limit unless asked for one */
+        .max_connections = s->args.max_connections > 0 ? (unsigned)s->args.max_connections
+                                                       : (unsigned)(1u << 30),
     };
     s->httpd = httpd_new(s->r, &cfg);
     if (!s->httpd) {
@@ -879,20 +1077,12 @@ int sim_engine_start(struct sim *s)
     }
     s->port = httpd_port(s->httpd);
     struct httpd *h = s->httpd;
-    httpd_route(h, "GET", "/health", on_health, s, 0);
-    httpd_route(h, "GET", "/v1/models", on_models, s, 0);
-    httpd_route(h, "GET", "/version", on_version, s, 0);
     httpd_route(h, "POST", "/v1/completions", on_completions, s, 0);
     httpd_route(h, "POST", "/v1/chat/completions", on_chat, s, 0);
-    httpd_route(h, "GET", "/metrics", on_metrics, s, 0);
-    if (s->args.ft) {
-        httpd_route(h, "GET", "/v1/fault_tolerance/status", on_ft_status, s, 0);
-        httpd_route(h, "POST", "/v1/fault_tolerance/apply", on_ft_apply, s, 0);
-    }
-    httpd_route(h, "GET", "/sim/kv/{id}", on_kv_take, s, 0);
-    httpd_route(h, "POST", "/sim/fault", on_fault, s, 0);
-    httpd_route(h, "GET", "/sim/status", on_sim_status, s, 0);
-    reactor_timer_init(&s->ft_timer, ft_recovered, s);
+    httpd_route(h, "POST", "/v1/responses", on_responses, s, 0);
+    httpd_route(h, "POST", "/v1/messages", on_messages, s, 0);
+    sim_api_routes(s);
+    reactor_timer_init(&s->dying_timer, on_dying, s);
 
     const char *vhost = getenv("VLLM_HOST_IP");
     s->kv_host = xstrdup(vhost && *vhost               ? vhost
@@ -909,6 +1099,8 @@ void sim_engine_stop(struct sim *s)
     s->httpd = NULL;
     httpc_free(s->httpc);
     s->httpc = NULL;
-    if (s->r)
+    if (s->r) {
         reactor_timer_stop(s->r, &s->ft_timer);
+        reactor_timer_stop(s->r, &s->dying_timer);
+    }
 }

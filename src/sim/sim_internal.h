@@ -10,7 +10,10 @@
 #include "common/metrics.h"
 #include "common/reactor.h"
 #include "sim/sim_args.h"
+#include "sim/sim_cache.h"
 #include "sim/sim_kv.h"
+#include "sim/sim_kvev.h"
+#include "sim/sim_text.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -26,6 +29,16 @@ enum sim_fault {
     SIM_FAULT_HANG,      /* the process stops answering anything */
     SIM_FAULT_ERROR,     /* /health 200, inference answers 500 */
 };
+
+/* Faults that act on streams after a number of tokens (engine-wide count). */
+enum sim_stream_fault {
+    SIM_SF_NONE,
+    SIM_SF_STALL, /* generations stop sending tokens; connections stay open */
+    SIM_SF_CUT,   /* responses end cleanly without finish_reason / [DONE] (or cut short) */
+    SIM_SF_CRASH, /* SIGKILL the process */
+};
+
+enum sim_meta_fault { SIM_META_OK, SIM_META_FAIL, SIM_META_DELAY };
 
 struct sim_gen;
 struct sim_dp;
@@ -75,13 +88,29 @@ struct sim {
 
     struct sim_dp *dp; /* the simulated DP group, NULL when not in one */
 
+    /* output quality (repeat, garbled, rare_chars faults) */
+    enum sim_mode quality;
+    /* stream faults: act once `sf_after` more tokens were sent (-1: not armed) */
+    enum sim_stream_fault sf;
+    long sf_after;
+    uint64_t tokens_total; /* tokens sent since start (--crash-after-tokens) */
+    bool dying;            /* a token-count crash is due: send nothing more */
+    struct reactor_timer dying_timer;
+    /* trigger mode: the metaserver callback */
+    enum sim_meta_fault meta_fault;
+    int meta_delay_ms;
+
+    struct sim_cache *cache; /* NULL without prefix caching */
+    struct sim_kvev *kvev;   /* NULL without --kv-events-config */
+
     struct sim_worker *workers;
     int n_workers;
 
     struct metrics_registry *metrics;
     struct metrics_gauge *m_running, *m_waiting, *m_wait_capacity, *m_wait_kv, *m_kv_usage;
     struct metrics_counter *m_prompt_tokens, *m_gen_tokens, *m_success_length, *m_success_stop,
-        *m_failed;
+        *m_success_abort, *m_failed, *m_pc_queries, *m_pc_hits, *m_gpu_pc_queries, *m_gpu_pc_hits;
+    struct metrics_gauge *m_cache_info;
     struct metrics_histogram *m_ttft, *m_e2e;
 };
 
@@ -90,7 +119,25 @@ struct sim {
 int sim_engine_start(struct sim *s);
 /* Stop serving: closes streams and suspended requests, frees the server and client. */
 void sim_engine_stop(struct sim *s);
+/* Abort generations (SGLang's abort_request): those whose request id (body
+ * request_id/rid, or the response id) is rid, or all. Returns how many. */
+int sim_engine_abort(struct sim *s, const char *rid, bool all);
+/* Resume stalled generations (after `recover`). */
+void sim_engine_resume(struct sim *s);
+void sim_update_gauges(struct sim *s);
+
+/* sim_api.c: the routes that generate nothing (probes, models, metrics, tokenizer,
+ * embeddings, FT, /sim/...). */
+void sim_api_routes(struct sim *s);
 void sim_metrics_init(struct sim *s);
+/* An error answer in vLLM's shape (or Anthropic's for /v1/messages). */
+void sim_respond_error(struct httpd_req *req, int status, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* 503/500 while the engine cannot serve (answered); false when it can. */
+bool sim_refuse(struct sim *s, struct httpd_req *req);
+/* The served names as sim_req_limits wants them. */
+struct sim_req_limits;
+void sim_limits(struct sim *s, struct sim_req_limits *lim, const char **names, size_t cap);
 
 /* sim_dp.c */
 /* Join (or, as rank 0, host) the simulated DP group when the DP flags ask for one.
@@ -107,6 +154,15 @@ void sim_shutdown(struct sim *s, int code, const char *cause);
  * process (crash, exit0, hang) act on the next loop iteration, after the current
  * response had a chance to go out. */
 int sim_fault_apply(struct sim *s, const char *mode, bool ignore_sigterm);
+/* The same with the parameters of the token-count and metaserver modes (after_tokens /
+ * tokens, ms); -1 = absent. */
+int sim_fault_apply2(struct sim *s, const char *mode, bool ignore_sigterm, long tokens, long ms);
+/* A token was sent: count it against --crash-after-tokens and armed stream faults.
+ * Returns the stream fault that acts now (SIM_SF_NONE when none). */
+enum sim_stream_fault sim_token_sent(struct sim *s);
+/* The stream fault in force before sending another token (stall/cut once armed and
+ * due), SIM_SF_NONE otherwise. */
+enum sim_stream_fault sim_stream_fault_now(const struct sim *s);
 const char *sim_fault_name(enum sim_fault f);
 
 #endif

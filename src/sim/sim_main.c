@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/pidfd.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
@@ -134,6 +135,74 @@ int sim_fault_apply(struct sim *s, const char *mode, bool ignore_sigterm)
         reactor_timer_start(s->r, &s->end_timer, SIM_END_FALLBACK_MS, 0);
     }
     return 0;
+}
+
+static enum sim_mode quality_of(const char *mode)
+{
+    if (!strcmp(mode, "repeat"))
+        return SIM_MODE_REPEAT;
+    if (!strcmp(mode, "garbled"))
+        return SIM_MODE_GARBLED;
+    if (!strcmp(mode, "rare_chars"))
+        return SIM_MODE_RARE;
+    return SIM_MODE_GOOD;
+}
+
+int sim_fault_apply2(struct sim *s, const char *mode, bool ignore_sigterm, long tokens, long ms)
+{
+    bool known = true;
+    if (quality_of(mode) != SIM_MODE_GOOD) {
+        s->quality = quality_of(mode);
+    } else if (!strcmp(mode, "stall")) {
+        s->sf = SIM_SF_STALL;
+        s->sf_after = tokens < 0 ? 0 : tokens;
+    } else if (!strcmp(mode, "cut")) {
+        s->sf = SIM_SF_CUT;
+        s->sf_after = tokens < 0 ? 0 : tokens;
+    } else if (!strcmp(mode, "crash_after_tokens")) {
+        if (tokens < 0)
+            return -ERANGE;
+        s->sf = SIM_SF_CRASH;
+        s->sf_after = tokens;
+    } else if (!strcmp(mode, "metaserver_fail")) {
+        s->meta_fault = SIM_META_FAIL;
+    } else if (!strcmp(mode, "metaserver_delay")) {
+        s->meta_fault = SIM_META_DELAY;
+        s->meta_delay_ms = ms < 0 ? 1000 : (int)MOTOR_MIN(ms, 3600000L);
+    } else {
+        known = false;
+    }
+    if (known) {
+        log_warn("sim_fault", LF_STR("mode", mode), LF_INT("after_tokens", tokens),
+                 LF_INT("ms", ms));
+        return 0;
+    }
+    int rc = sim_fault_apply(s, mode, ignore_sigterm);
+    if (!rc && (!strcmp(mode, "recover") || !strcmp(mode, "none"))) {
+        s->quality = SIM_MODE_GOOD;
+        bool was_stalled = s->sf == SIM_SF_STALL;
+        s->sf = SIM_SF_NONE;
+        s->sf_after = -1;
+        s->meta_fault = SIM_META_OK;
+        if (was_stalled && s->httpd)
+            sim_engine_resume(s);
+    }
+    return rc;
+}
+
+enum sim_stream_fault sim_stream_fault_now(const struct sim *s)
+{
+    return s->sf != SIM_SF_NONE && s->sf_after == 0 ? s->sf : SIM_SF_NONE;
+}
+
+enum sim_stream_fault sim_token_sent(struct sim *s)
+{
+    s->tokens_total++;
+    if (s->args.crash_after_tokens > 0 && s->tokens_total >= (uint64_t)s->args.crash_after_tokens)
+        return SIM_SF_CRASH;
+    if (s->sf != SIM_SF_NONE && s->sf_after > 0 && --s->sf_after == 0)
+        return s->sf;
+    return SIM_SF_NONE;
 }
 
 /* ---- workers ----------------------------------------------------------------------------- */
@@ -350,9 +419,55 @@ static void make_engine_id(struct sim *s)
             xasprintf("sim-%s-%u-dp%d", s->args.host, (unsigned)s->port, s->args.dp_rank);
 }
 
+static bool env_true(const char *name)
+{
+    const char *v = getenv(name);
+    return v && (!strcmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes"));
+}
+
+/* The prefix cache and, with --kv-events-config, its event publisher. */
+static int start_cache(struct sim *s)
+{
+    if (s->args.kv_events_config) {
+        struct sim_kvev_config kc;
+        char msg[160];
+        if (sim_kvev_parse_config(s->args.kv_events_config, &kc, msg, sizeof(msg)))
+            return -EINVAL; /* validated with the arguments already */
+        struct sim_kvev_opts ko = {
+            .dp_rank = s->args.dp_rank,
+            .int_hashes = env_true("VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES"),
+            .map_encoding = s->args.kv_events_encoding &&
+                            !strcmp(s->args.kv_events_encoding, "map")};
+        bool failed;
+        s->kvev = sim_kvev_start(s->r, &kc, &ko, &failed);
+        sim_kvev_config_release(&kc);
+        if (failed)
+            return -EADDRINUSE;
+        if (s->kvev && !s->args.prefix_caching)
+            log_warn("sim_kv_events_without_prefix_caching",
+                     LF_STR("why", "--no-enable-prefix-caching: no blocks are cached, so no "
+                                   "BlockStored events"));
+    }
+    if (s->args.prefix_hash_algo && strcmp(s->args.prefix_hash_algo, "sha256_cbor") != 0)
+        log_info("sim_flag_ignored", LF_STR("arg", "--prefix-caching-hash-algo"),
+                 LF_STR("value", s->args.prefix_hash_algo),
+                 LF_STR("why", "the simulator always hashes blocks with sha256_cbor"));
+    if (!s->args.prefix_caching)
+        return 0;
+    uint8_t none[SIM_CACHE_HASH_LEN];
+    sim_cache_none_hash(getenv("PYTHONHASHSEED"), none);
+    s->cache = sim_cache_new((size_t)s->args.num_gpu_blocks, s->args.block_size, none,
+                             s->kvev ? sim_kvev_on_cache_event : NULL, s->kvev);
+    return s->cache ? 0 : -EINVAL;
+}
+
 static void sim_release(struct sim *s)
 {
     sim_engine_stop(s);
+    sim_kvev_free(s->kvev);
+    s->kvev = NULL;
+    sim_cache_free(s->cache);
+    s->cache = NULL;
     sim_dp_free(s);
     stop_workers(s);
     if (s->r) {
@@ -404,6 +519,8 @@ int sim_main(int argc, char **argv)
     int rc = 0;
     s->exit_code = 1;
     s->start_ms = util_mono_ms();
+    s->sf_after = -1;
+    util_raise_nofile_limit();
     s->start_wall_ms = util_wall_ms();
     if (getrandom(&s->id_base, sizeof(s->id_base), 0) != sizeof(s->id_base))
         s->id_base = (uint64_t)util_wall_ms() ^ ((uint64_t)getpid() << 32);
@@ -426,6 +543,7 @@ int sim_main(int argc, char **argv)
     reactor_timer_init(&s->kv_timer, on_kv_sweep, s);
     reactor_timer_init(&s->end_timer, on_end_timer, s);
     reactor_timer_init(&s->ft_timer, NULL, s);
+    reactor_timer_init(&s->dying_timer, NULL, s);
     sim_metrics_init(s);
 
     s->phase = SIM_LOADING;
@@ -442,6 +560,8 @@ int sim_main(int argc, char **argv)
         }
         if ((rc = sim_engine_start(s)))
             goto out;
+        if ((rc = start_cache(s)))
+            goto out;
         make_engine_id(s);
         sim_dp_start(s);
         log_info("sim_listening", LF_INT("port", s->port), LF_STR("host", s->args.host),
@@ -455,7 +575,7 @@ int sim_main(int argc, char **argv)
         reactor_timer_start(s->r, &s->crash_timer, (int64_t)(s->args.crash_after * 1000.0), 0);
     reactor_timer_start(s->r, &s->kv_timer, SIM_KV_SWEEP_MS, SIM_KV_SWEEP_MS);
     if (s->args.fault) {
-        sim_fault_apply(s, s->args.fault, false);
+        sim_fault_apply2(s, s->args.fault, false, -1, -1);
         if (s->pending_end) /* hang from the start: act on the first iteration */
             reactor_timer_start(s->r, &s->end_timer, 0, 0);
     }

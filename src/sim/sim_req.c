@@ -43,7 +43,11 @@ void sim_req_release(struct sim_req *req)
     if (!req)
         return;
     free(req->model);
+    for (size_t i = 0; i < req->n_prompts; i++)
+        sim_ids_release(&req->prompts[i].ids);
     free(req->prompts);
+    free(req->instructions);
+    free(req->metaserver);
     free(req->request_id);
     free(req->remote_engine_id);
     free(req->remote_host);
@@ -149,43 +153,55 @@ static int get_string(const json_t *obj, const char *key, size_t max_len, const 
     return 0;
 }
 
-static void add_prompt(struct sim_req *req, uint64_t hash, int tokens)
+#define SIM_REQ_MAX_PROMPT_IDS ((size_t)1 << 21) /* a 1 MiB body holds fewer */
+
+static struct sim_prompt *add_prompt(struct sim_req *req)
 {
     req->prompts = xrealloc(req->prompts, (req->n_prompts + 1) * sizeof(*req->prompts));
-    req->prompts[req->n_prompts].hash = hash;
-    req->prompts[req->n_prompts].tokens = tokens;
-    req->n_prompts++;
+    struct sim_prompt *p = &req->prompts[req->n_prompts++];
+    memset(p, 0, sizeof(*p));
+    sim_ids_init(&p->ids, SIM_REQ_MAX_PROMPT_IDS);
+    return p;
+}
+
+static void seal_prompt(struct sim_prompt *p)
+{
+    p->tokens = (int)p->ids.n;
+    p->hash = sim_text_hash_ids(SIM_TEXT_HASH_INIT, p->ids.v, p->ids.n);
 }
 
 static int text_prompt(struct sim_req *req, const json_t *s, struct sim_err *err)
 {
     if (json_string_length(s) == 0)
         return sim_err_set(err, 400, "prompt", "'prompt' must not be empty");
-    const char *t = json_string_value(s);
-    int words = sim_text_count_words(t);
-    add_prompt(req, sim_text_hash(SIM_TEXT_HASH_INIT, t, json_string_length(s)),
-               words > 0 ? words : 1);
+    struct sim_prompt *p = add_prompt(req);
+    sim_tok_encode(json_string_value(s), json_string_length(s), &p->ids);
+    if (p->ids.n == 0) /* white space only still is one token's worth of prompt */
+        sim_ids_push(&p->ids, ' ');
+    seal_prompt(p);
     return 0;
 }
 
-/* A pre-tokenized prompt: a non-empty list of token ids. */
+/* A pre-tokenized prompt: a non-empty list of token ids of the vocabulary. */
 static int ids_prompt(struct sim_req *req, const json_t *arr, struct sim_err *err)
 {
     size_t n = json_array_size(arr);
     if (n == 0)
         return sim_err_set(err, 400, "prompt", "'prompt' must not be empty");
-    uint64_t h = sim_text_hash(SIM_TEXT_HASH_INIT, "ids:", 4);
+    struct sim_prompt *p = add_prompt(req);
     size_t i;
     const json_t *t;
     json_array_foreach(arr, i, t)
     {
-        if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) > INT32_MAX)
+        if (!json_is_integer(t) || json_integer_value(t) < 0)
             return sim_err_set(err, 400, "prompt", "token ids in 'prompt' must be integers >= 0");
-        char num[24];
-        int len = snprintf(num, sizeof(num), "%lld,", (long long)json_integer_value(t));
-        h = sim_text_hash(h, num, (size_t)len);
+        if (!sim_tok_valid(json_integer_value(t)))
+            return sim_err_set(err, 400, "prompt",
+                               "Token id %lld is out of vocabulary (vocabulary size %d)",
+                               (long long)json_integer_value(t), (int)SIM_TOK_VOCAB_SIZE);
+        sim_ids_push(&p->ids, (int32_t)json_integer_value(t));
     }
-    add_prompt(req, h, n > INT32_MAX ? INT32_MAX : (int)n);
+    seal_prompt(p);
     return 0;
 }
 
@@ -226,19 +242,64 @@ static int parse_completion_prompt(struct sim_req *req, const json_t *body, stru
     return 0;
 }
 
-/* Chat: the conversation is folded into one prompt (role and content of every message),
- * and each message costs one token of template overhead plus its words. */
-static int parse_messages(struct sim_req *req, const json_t *body, struct sim_err *err)
+/* Append the text of a message's content (a string, null, or a list of text parts
+ * joined by "\n"). */
+static int content_ids(const json_t *content, size_t i, const char *what, struct sim_ids *out,
+                       struct sim_err *err)
 {
-    const json_t *msgs = json_object_get(body, "messages");
+    if (json_is_string(content)) {
+        sim_tok_encode(json_string_value(content), json_string_length(content), out);
+        return 0;
+    }
+    if (is_null_or_absent(content))
+        return 0;
+    if (!json_is_array(content))
+        return sim_err_set(err, 400, what, "%s[%zu].content must be a string or a list of parts",
+                           what, i);
+    size_t j;
+    const json_t *part;
+    json_array_foreach(content, j, part)
+    {
+        const json_t *type = json_object_get(part, "type");
+        const json_t *text = json_object_get(part, "text");
+        if (!json_is_object(part) || !json_is_string(type))
+            return sim_err_set(err, 400, what, "%s[%zu].content[%zu] must have a 'type'", what, i,
+                               j);
+        const char *t = json_string_value(type);
+        if (strcmp(t, "text") && strcmp(t, "input_text") && strcmp(t, "output_text"))
+            return sim_err_set(err, 400, what,
+                               "%s[%zu].content[%zu]: only 'text' parts are supported by this "
+                               "model (not '%s')",
+                               what, i, j, t);
+        if (!json_is_string(text))
+            return sim_err_set(err, 400, what, "%s[%zu].content[%zu].text must be a string", what,
+                               i, j);
+        if (j > 0)
+            sim_ids_push(out, '\n');
+        sim_tok_encode(json_string_value(text), json_string_length(text), out);
+    }
+    return 0;
+}
+
+int sim_req_render_chat(const json_t *msgs, const json_t *system, bool continue_final,
+                        struct sim_ids *out, struct sim_err *err)
+{
     if (is_null_or_absent(msgs))
         return sim_err_set(err, 400, "messages", "'messages' is required");
     if (!json_is_array(msgs))
         return sim_err_set(err, 400, "messages", "'messages' must be a list");
     if (json_array_size(msgs) == 0)
         return sim_err_set(err, 400, "messages", "'messages' must not be empty");
-    uint64_t h = sim_text_hash(SIM_TEXT_HASH_INIT, "chat:", 5);
-    int64_t tokens = 0;
+    if (json_array_size(msgs) > SIM_REQ_MAX_MESSAGES)
+        return sim_err_set(err, 400, "messages", "at most %d messages", SIM_REQ_MAX_MESSAGES);
+    int rc;
+    if (!is_null_or_absent(system)) {
+        /* Anthropic's top-level system prompt: the first message of the template. */
+        if ((rc = content_ids(system, 0, "system", out, err)))
+            return rc;
+        sim_ids_push(out, SIM_TOK_END_SYSTEM);
+    }
+    size_t last = json_array_size(msgs) - 1;
     size_t i;
     const json_t *m;
     json_array_foreach(msgs, i, m)
@@ -248,42 +309,76 @@ static int parse_messages(struct sim_req *req, const json_t *body, struct sim_er
         const json_t *role = json_object_get(m, "role");
         if (!json_is_string(role) || json_string_length(role) == 0)
             return sim_err_set(err, 400, "messages", "messages[%zu].role must be a string", i);
-        h = sim_text_hash(h, json_string_value(role), json_string_length(role));
-        h = sim_text_hash(h, "\x1f", 1);
-        tokens += 1;
-        const json_t *content = json_object_get(m, "content");
-        if (json_is_string(content)) {
-            h = sim_text_hash(h, json_string_value(content), json_string_length(content));
-            tokens += sim_text_count_words(json_string_value(content));
-        } else if (json_is_array(content)) {
-            size_t j;
-            const json_t *part;
-            json_array_foreach(content, j, part)
-            {
-                const json_t *type = json_object_get(part, "type");
-                const json_t *text = json_object_get(part, "text");
-                if (!json_is_object(part) || !json_is_string(type))
-                    return sim_err_set(err, 400, "messages",
-                                       "messages[%zu].content[%zu] must have a 'type'", i, j);
-                if (strcmp(json_string_value(type), "text") != 0)
-                    return sim_err_set(err, 400, "messages",
-                                       "messages[%zu].content[%zu]: only 'text' parts are "
-                                       "supported by this model",
-                                       i, j);
-                if (!json_is_string(text))
-                    return sim_err_set(err, 400, "messages",
-                                       "messages[%zu].content[%zu].text must be a string", i, j);
-                h = sim_text_hash(h, json_string_value(text), json_string_length(text));
-                tokens += sim_text_count_words(json_string_value(text));
-            }
-        } else if (!is_null_or_absent(content)) {
-            return sim_err_set(err, 400, "messages",
-                               "messages[%zu].content must be a string or a list of parts", i);
-        }
-        h = sim_text_hash(h, "\x1e", 1);
+        if ((rc = content_ids(json_object_get(m, "content"), i, "messages", out, err)))
+            return rc;
+        /* continue_final_message leaves the last message open: no end marker */
+        if (!(continue_final && i == last))
+            sim_ids_push(out, sim_tok_end_of(json_string_value(role)));
     }
-    add_prompt(req, h, tokens > INT32_MAX ? INT32_MAX : (int)tokens);
     return 0;
+}
+
+static int parse_messages(struct sim_req *req, const json_t *body, const json_t *system,
+                          struct sim_err *err)
+{
+    struct sim_prompt *p = add_prompt(req);
+    int rc = sim_req_render_chat(json_object_get(body, "messages"), system, req->continue_final,
+                                 &p->ids, err);
+    if (rc)
+        return rc;
+    seal_prompt(p);
+    return 0;
+}
+
+/* The Responses API's input: a string (one user message) or a list of items
+ * ({"type":"message"?, "role", "content"}); "instructions" is a system message first. */
+static int parse_responses_input(struct sim_req *req, const json_t *body, struct sim_err *err)
+{
+    const json_t *input = json_object_get(body, "input");
+    const json_t *ins = json_object_get(body, "instructions");
+    if (!is_null_or_absent(ins) && !json_is_string(ins))
+        return sim_err_set(err, 400, "instructions", "'instructions' must be a string");
+    if (is_null_or_absent(input))
+        return sim_err_set(err, 400, "input", "'input' is required");
+    json_t *msgs = json_array();
+    if (json_is_string(ins)) {
+        req->instructions = xstrdup(json_string_value(ins));
+        json_array_append_new(msgs, json_pack("{s:s, s:O}", "role", "system", "content", ins));
+    }
+    int rc = 0;
+    if (json_is_string(input)) {
+        if (json_string_length(input) == 0)
+            rc = sim_err_set(err, 400, "input", "'input' must not be empty");
+        else
+            json_array_append_new(msgs,
+                                  json_pack("{s:s, s:O}", "role", "user", "content", input));
+    } else if (json_is_array(input) && json_array_size(input) > 0) {
+        size_t i;
+        const json_t *it;
+        json_array_foreach(input, i, it)
+        {
+            const json_t *type = json_object_get(it, "type");
+            if (!json_is_object(it) ||
+                (type && (!json_is_string(type) || strcmp(json_string_value(type), "message")))) {
+                rc = sim_err_set(err, 400, "input",
+                                 "input[%zu]: only message items are supported by this model", i);
+                break;
+            }
+            json_array_append(msgs, (json_t *)it);
+        }
+    } else {
+        rc = sim_err_set(err, 400, "input", "'input' must be a string or a non-empty list");
+    }
+    if (!rc) {
+        struct sim_prompt *p = add_prompt(req);
+        rc = sim_req_render_chat(msgs, NULL, false, &p->ids, err);
+        if (!rc)
+            seal_prompt(p);
+        else if (!strcmp(err->param, "messages"))
+            snprintf(err->param, sizeof(err->param), "input");
+    }
+    json_decref(msgs);
+    return rc;
 }
 
 static int parse_kv(struct sim_req *req, const json_t *body, struct sim_err *err)
@@ -310,6 +405,20 @@ static int parse_kv(struct sim_req *req, const json_t *body, struct sim_err *err
     if (!remote_prefill)
         return 0;
 
+    const char *meta = NULL;
+    if ((rc = get_string(kv, "metaserver", SIM_REQ_MAX_URL_LEN, &meta, err)))
+        return rc;
+    const json_t *rh = json_object_get(kv, "remote_host");
+    if (meta && is_null_or_absent(rh)) {
+        /* Trigger mode (layerwise connectors): no ticket yet; the decode engine asks the
+         * metaserver to run the prefill for it. */
+        if (strncmp(meta, "http://", 7) != 0 || strlen(meta) <= 7)
+            return sim_err_set(err, 400, "kv_transfer_params",
+                               "kv_transfer_params.metaserver must be an http:// URL");
+        req->leg = SIM_LEG_TRIGGER;
+        req->metaserver = xstrdup(meta);
+        return 0;
+    }
     req->leg = SIM_LEG_DECODE;
     const char *host = NULL, *engine = NULL;
     if ((rc = get_string(kv, "remote_host", SIM_REQ_MAX_ID_LEN, &host, err)) ||
@@ -368,6 +477,22 @@ static int parse_stream(struct sim_req *req, const json_t *body, struct sim_err 
     return 0;
 }
 
+const char *sim_req_model(const json_t *body, const struct sim_req_limits *lim,
+                          struct sim_err *err)
+{
+    const char *model;
+    if (get_string(body, "model", SIM_REQ_MAX_ID_LEN, &model, err))
+        return NULL;
+    if (!model)
+        return lim->n_models ? lim->models[0] : "";
+    for (size_t i = 0; i < lim->n_models; i++)
+        if (strcmp(lim->models[i], model) == 0)
+            return lim->models[i];
+    /* vLLM answers an unknown model with 404 NotFoundError. */
+    sim_err_set(err, 404, "model", "The model `%s` does not exist.", model);
+    return NULL;
+}
+
 static int parse_model(struct sim_req *req, const json_t *body, const struct sim_req_limits *lim,
                        struct sim_err *err)
 {
@@ -398,6 +523,21 @@ static int parse_lengths(struct sim_req *req, const json_t *body, const struct s
     int64_t cap = lim->max_model_len;
     bool have_max = false;
     const char *max_key = "max_tokens";
+    if (req->api == SIM_API_RESPONSES) {
+        max_key = "max_output_tokens";
+        if ((rc = get_int(body, max_key, 1, cap, &v, &present, err)))
+            return rc;
+        if (present) {
+            req->max_tokens = (int)v;
+            have_max = true;
+        }
+    } else if (req->api == SIM_API_MESSAGES) {
+        /* Anthropic's max_tokens is required */
+        if ((rc = get_int(body, "max_tokens", 1, cap, &v, &present, err)))
+            return rc;
+        if (!present)
+            return sim_err_set(err, 400, "max_tokens", "'max_tokens' is required");
+    }
     if (req->api == SIM_API_CHAT) {
         /* max_completion_tokens supersedes the deprecated max_tokens in chat. */
         if ((rc = get_int(body, "max_completion_tokens", 1, cap, &v, &present, err)))
@@ -408,9 +548,10 @@ static int parse_lengths(struct sim_req *req, const json_t *body, const struct s
             max_key = "max_completion_tokens";
         }
     }
-    if ((rc = get_int(body, "max_tokens", 1, cap, &v, &present, err)))
+    if (req->api != SIM_API_RESPONSES &&
+        (rc = get_int(body, "max_tokens", 1, cap, &v, &present, err)))
         return rc;
-    if (present && !have_max) {
+    if (req->api != SIM_API_RESPONSES && present && !have_max) {
         req->max_tokens = (int)v;
         have_max = true;
     }
@@ -422,7 +563,10 @@ static int parse_lengths(struct sim_req *req, const json_t *body, const struct s
     for (size_t i = 0; i < req->n_prompts; i++)
         longest = req->prompts[i].tokens > longest ? req->prompts[i].tokens : longest;
     if (longest >= lim->max_model_len)
-        return sim_err_set(err, 400, req->api == SIM_API_CHAT ? "messages" : "prompt",
+        return sim_err_set(err, 400,
+                           req->api == SIM_API_COMPLETIONS ? "prompt"
+                           : req->api == SIM_API_RESPONSES ? "input"
+                                                           : "messages",
                            "This model's maximum context length is %d tokens. However, your "
                            "request has %d input tokens.",
                            lim->max_model_len, longest);
@@ -445,6 +589,72 @@ static int parse_lengths(struct sim_req *req, const json_t *body, const struct s
     return 0;
 }
 
+/* logprobs: completions take a count; chat a boolean plus top_logprobs; the Responses
+ * API top_logprobs. */
+static int parse_logprobs(struct sim_req *req, const json_t *body, struct sim_err *err)
+{
+    int64_t v;
+    bool present;
+    int rc;
+    req->logprobs = -1;
+    if (req->api == SIM_API_COMPLETIONS) {
+        if ((rc = get_int(body, "logprobs", 0, INT32_MAX, &v, &present, err)))
+            return rc;
+        if (present)
+            req->logprobs = (int)v;
+    } else if (req->api == SIM_API_CHAT) {
+        bool lp = false;
+        if ((rc = get_bool(body, "logprobs", &lp, err)) ||
+            (rc = get_int(body, "top_logprobs", 0, INT32_MAX, &v, &present, err)))
+            return rc;
+        if (present && !lp && v > 0)
+            return sim_err_set(err, 400, "top_logprobs",
+                               "when using `top_logprobs`, `logprobs` must be set to true.");
+        if (lp)
+            req->logprobs = present ? (int)v : 0;
+    } else if (req->api == SIM_API_RESPONSES) {
+        if ((rc = get_int(body, "top_logprobs", 0, INT32_MAX, &v, &present, err)))
+            return rc;
+        if (present)
+            req->logprobs = (int)v;
+    }
+    if (req->logprobs > SIM_REQ_MAX_LOGPROBS)
+        return sim_err_set(err, 400, req->api == SIM_API_COMPLETIONS ? "logprobs" : "top_logprobs",
+                           "Requested sample logprobs of %d, which is greater than max allowed: "
+                           "%d",
+                           req->logprobs, SIM_REQ_MAX_LOGPROBS);
+    return get_bool(body, "return_tokens_as_token_ids", &req->return_token_ids, err);
+}
+
+static int parse_prompt(struct sim_req *req, const json_t *body, struct sim_err *err)
+{
+    int rc;
+    switch (req->api) {
+    case SIM_API_COMPLETIONS:
+        return parse_completion_prompt(req, body, err);
+    case SIM_API_RESPONSES:
+        return parse_responses_input(req, body, err);
+    case SIM_API_MESSAGES: {
+        const json_t *sys = json_object_get(body, "system");
+        if (!is_null_or_absent(sys) && !json_is_string(sys) && !json_is_array(sys))
+            return sim_err_set(err, 400, "system", "'system' must be a string or a list");
+        return parse_messages(req, body, sys, err);
+    }
+    default: {
+        bool agp = true, cfm = false;
+        if ((rc = get_bool(body, "add_generation_prompt", &agp, err)) ||
+            (rc = get_bool(body, "continue_final_message", &cfm, err)))
+            return rc;
+        if (agp && cfm && json_is_true(json_object_get(body, "add_generation_prompt")))
+            return sim_err_set(err, 400, "continue_final_message",
+                               "Cannot set both `continue_final_message` and "
+                               "`add_generation_prompt` to True.");
+        req->continue_final = cfm;
+        return parse_messages(req, body, NULL, err);
+    }
+    }
+}
+
 int sim_req_parse(const json_t *body, enum sim_api api, const struct sim_req_limits *lim,
                   struct sim_req *out, struct sim_err *err)
 {
@@ -452,25 +662,25 @@ int sim_req_parse(const json_t *body, enum sim_api api, const struct sim_req_lim
     memset(err, 0, sizeof(*err));
     out->api = api;
     out->n = 1;
+    out->logprobs = -1;
     int rc;
     if (!json_is_object(body)) {
         rc = sim_err_set(err, 400, "", "the request body must be a JSON object");
         goto fail;
     }
-    if ((rc = parse_model(out, body, lim, err)))
-        goto fail;
-    rc = api == SIM_API_CHAT ? parse_messages(out, body, err)
-                             : parse_completion_prompt(out, body, err);
-    if (rc)
+    if ((rc = parse_model(out, body, lim, err)) || (rc = parse_prompt(out, body, err)))
         goto fail;
 
     int64_t v;
     bool present;
-    if ((rc = get_int(body, "n", 1, SIM_REQ_MAX_N, &v, &present, err)))
-        goto fail;
-    if (present)
-        out->n = (int)v;
+    if (api == SIM_API_COMPLETIONS || api == SIM_API_CHAT) {
+        if ((rc = get_int(body, "n", 1, SIM_REQ_MAX_N, &v, &present, err)))
+            goto fail;
+        if (present)
+            out->n = (int)v;
+    }
     if ((rc = parse_lengths(out, body, lim, err)) || (rc = parse_stream(out, body, err)) ||
+        (rc = parse_logprobs(out, body, err)) ||
         (rc = get_bool(body, "ignore_eos", &out->ignore_eos, err)) ||
         (rc = check_number(body, "temperature", 0.0, 1.0e6, err)) ||
         (rc = check_number(body, "top_p", 1e-9, 1.0, err)) ||
@@ -482,6 +692,9 @@ int sim_req_parse(const json_t *body, enum sim_api api, const struct sim_req_lim
     const char *rid;
     if ((rc = get_string(body, "request_id", SIM_REQ_MAX_ID_LEN, &rid, err)))
         goto fail;
+    if (!rid && json_is_string(json_object_get(body, "rid")) &&
+        json_string_length(json_object_get(body, "rid")) <= SIM_REQ_MAX_ID_LEN)
+        rid = json_string_value(json_object_get(body, "rid")); /* SGLang's request id */
     out->request_id = xstrdup(rid);
     if ((rc = parse_kv(out, body, err)))
         goto fail;

@@ -7,6 +7,7 @@
 
 #include "common/strbuf.h"
 #include "sim/sim_req.h"
+#include "sim/sim_text.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -21,9 +22,10 @@ struct sim_resp_meta {
     bool usage_null; /* streaming with include_usage: chunks carry "usage": null */
 };
 
-/* {"error":{"message","type","param","code"}}; type derives from status
- * (400 invalid_request_error, 404 not_found_error, 5xx server errors). param NULL or ""
- * => null. */
+/* {"error":{"message","type","param","code"}}; type is vLLM's name for the status
+ * (sim_resp_error_type: 400 BadRequestError, 404 NotFoundError, 500
+ * InternalServerError, 503 ServiceUnavailableError, ...). param NULL or "" => null. */
+const char *sim_resp_error_type(int status);
 json_t *sim_resp_error(int status, const char *message, const char *param);
 json_t *sim_resp_error_from(const struct sim_err *err);
 
@@ -33,6 +35,9 @@ json_t *sim_resp_usage(int prompt_tokens, int completion_tokens);
 /* One choice of a non-streamed answer: completions {"index","text",…}, chat
  * {"index","message":{"role":"assistant","content"},…}. */
 json_t *sim_resp_choice(enum sim_api api, int index, const char *text, const char *finish_reason);
+/* The same with a logprobs object (stolen; NULL => null). */
+json_t *sim_resp_choice_lp(enum sim_api api, int index, const char *text, const char *finish_reason,
+                           json_t *logprobs);
 /* The whole non-streamed body; choices and usage are stolen. */
 json_t *sim_resp_body(const struct sim_resp_meta *m, json_t *choices, json_t *usage);
 
@@ -41,9 +46,25 @@ json_t *sim_resp_body(const struct sim_resp_meta *m, json_t *choices, json_t *us
  * NULL. */
 json_t *sim_resp_chunk(const struct sim_resp_meta *m, int index, const char *text, bool with_role,
                        const char *finish_reason, json_t *usage);
+json_t *sim_resp_chunk_lp(const struct sim_resp_meta *m, int index, const char *text,
+                          bool with_role, const char *finish_reason, json_t *usage,
+                          json_t *logprobs);
 /* The closing usage chunk of stream_options.include_usage: "choices": [] (usage
  * stolen). */
 json_t *sim_resp_usage_chunk(const struct sim_resp_meta *m, json_t *usage);
+
+/* Logprobs in vLLM's shapes. Chat: one entry of choices[].logprobs.content[]
+ * {token, logprob, bytes, top_logprobs[{token, logprob, bytes}] (the first `top`
+ * entries of vLLM's sampled-first order)}; wrap a content array as {"content": [...]}.
+ * Completions: {text_offset[], token_logprobs[], tokens[], top_logprobs[{token: lp}]}
+ * (up to top + 1 entries each, sampled first); offset counts code points of the tokens'
+ * strings, as vLLM does. as_ids: tokens are "token_id:N" (return_tokens_as_token_ids). */
+struct sim_lp;
+json_t *sim_resp_chat_lp_entry(const struct sim_lp *lp, int top, bool as_ids);
+json_t *sim_resp_chat_lp_wrap(json_t *content);
+json_t *sim_resp_cmpl_lp_new(void);
+void sim_resp_cmpl_lp_add(json_t *lp_obj, const struct sim_lp *lp, int top, bool as_ids,
+                          int64_t *offset);
 
 /* Append one SSE event "data: <compact json>\n\n". 0 or -E2BIG (nothing appended beyond
  * what fit; the caller treats it as a failed stream). */

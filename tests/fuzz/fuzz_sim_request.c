@@ -51,6 +51,37 @@ static void exercise(const struct sim_req *r)
         json_decref(chunk);
         free(text);
     }
+    /* logprobs in both shapes for the first prompt's answer */
+    if (r->n_prompts > 0 && r->logprobs >= 0) {
+        if (r->logprobs > SIM_REQ_MAX_LOGPROBS)
+            abort();
+        const struct sim_prompt *p0 = &r->prompts[0];
+        struct sim_text_origin o;
+        sim_text_locate(p0->ids.v, p0->ids.n, &o);
+        if (o.split > p0->ids.n || (o.found && (size_t)o.m != p0->ids.n - o.split))
+            abort();
+        uint64_t seed = sim_text_seed(o.hash, o.k);
+        json_t *cl = sim_resp_cmpl_lp_new();
+        json_t *content = json_array();
+        int64_t off = 0;
+        for (int i = 0; i < 4; i++) {
+            int32_t id = sim_text_gen_mode((enum sim_mode)(i % 4), seed, o.m + i,
+                                           sim_text_first_space(p0->ids.v, o.split));
+            struct sim_lp lp;
+            sim_text_logprobs((enum sim_mode)(i % 4), seed, o.m + i, id, r->logprobs, &lp);
+            sim_resp_cmpl_lp_add(cl, &lp, r->logprobs, r->return_token_ids, &off);
+            json_array_append_new(content, sim_resp_chat_lp_entry(&lp, r->logprobs, true));
+        }
+        char *a = json_dumps(cl, JSON_COMPACT);
+        json_t *w = sim_resp_chat_lp_wrap(content);
+        char *b = json_dumps(w, JSON_COMPACT);
+        if (!a || !b)
+            abort();
+        free(a);
+        free(b);
+        json_decref(cl);
+        json_decref(w);
+    }
     json_t *body = sim_resp_body(&m, choices, sim_resp_usage(sim_req_prompt_tokens(r), 1));
     char *s = json_dumps(body, JSON_COMPACT);
     if (!s)
@@ -67,7 +98,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     json_t *body = json_loadb((const char *)data, size, JSON_DECODE_ANY, &je);
     if (!body)
         return 0;
-    for (int api = SIM_API_COMPLETIONS; api <= SIM_API_CHAT; api++) {
+    for (int api = SIM_API_COMPLETIONS; api <= SIM_API_MESSAGES; api++) {
         struct sim_req r;
         struct sim_err err;
         if (sim_req_parse(body, (enum sim_api)api, &lim, &r, &err) == 0) {

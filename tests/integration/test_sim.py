@@ -293,7 +293,7 @@ def test_bad_requests(procs):
         r = post(sim.url + path, raw=raw, headers={"Content-Type": "application/json"})
         err = error_of(r, status)
         assert err["param"] == param, (raw, err)
-        assert err["type"] == ("invalid_request_error" if status == 400 else "not_found_error")
+        assert err["type"] == ("BadRequestError" if status == 400 else "NotFoundError")
     # a body over the 1 MiB cap, sent chunked: the server reads it all, then answers 413
     assert post_oversize(sim, chunked=True) == 413
     # announced by Content-Length: the excess is read and discarded, then a clean 413

@@ -75,10 +75,11 @@ static void test_vllm_command_line(void **state)
     assert_int_equal(a.node_rank, 1);
     assert_string_equal(a.master_addr, "10.0.0.1");
     assert_int_equal(a.master_port, 29500);
+    assert_false(a.prefix_caching); /* --no-enable-prefix-caching is a real flag now */
     const char *ignored[] = {
         "--tensor-parallel-size 8",     "--enforce-eager",
         "--gpu-memory-utilization=0.9", "--disable-access-log-for-endpoints /health,/metrics",
-        "--no-enable-prefix-caching",   "--seed -1"};
+        "--seed -1"};
     assert_int_equal(a.n_ignored, sizeof(ignored) / sizeof(ignored[0]));
     for (size_t i = 0; i < a.n_ignored; i++)
         assert_string_equal(a.ignored[i], ignored[i]);

@@ -146,7 +146,8 @@ static void test_completion_defaults(void **state)
     parse_ok("{\"prompt\": \"one two  three\\nfour\"}", SIM_API_COMPLETIONS, &r);
     assert_string_equal(r.model, "sim-model");
     assert_int_equal(r.n_prompts, 1);
-    assert_int_equal(r.prompts[0].tokens, 4);
+    /* the tokenizer (sim_tok.h): "one", " two", " ", " three", "\n", "four" */
+    assert_int_equal(r.prompts[0].tokens, 6);
     assert_int_equal(r.max_tokens, SIM_COMPLETIONS_DEFAULT_MAX_TOKENS);
     assert_int_equal(r.n, 1);
     assert_false(r.stream);

@@ -199,7 +199,7 @@ static void test_bodies(void **state)
     json_t *e = sim_resp_error(400, "bad", "max_tokens");
     json_t *eo = json_object_get(e, "error");
     assert_string_equal(json_string_value(json_object_get(eo, "message")), "bad");
-    assert_string_equal(json_string_value(json_object_get(eo, "type")), "invalid_request_error");
+    assert_string_equal(json_string_value(json_object_get(eo, "type")), "BadRequestError");
     assert_string_equal(json_string_value(json_object_get(eo, "param")), "max_tokens");
     assert_int_equal(json_integer_value(json_object_get(eo, "code")), 400);
     json_decref(e);
