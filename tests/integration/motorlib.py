@@ -53,11 +53,66 @@ def motor_bin() -> str:
     return path
 
 
+# Ports handed out by free_port(): blocks of PORT_BLOCK consecutive ports above the
+# kernel's ephemeral range (32768-60999 on Linux), leased through a lock file per block
+# in a directory every test process of the machine shares. A port chosen by binding to
+# port 0 and releasing it could be taken before the daemon binds it — by an outgoing
+# connection's source port or by a concurrent test (seen under ctest -j2: an engine's DP
+# RPC port, a simulator's KV-event replay port). Outside the ephemeral range only
+# explicit binds compete, and the leases keep concurrent tests (also of other checkouts)
+# apart. Callers may use base + 0..PORT_BLOCK-1 (DP rank offsets, replay ports).
+PORT_LEASE_DIR = Path(tempfile.gettempdir()) / "motor-port-leases"
+PORT_RANGE = (61000, 65528)
+PORT_BLOCK = 8
+_leased: list[Path] = []
+
+
+def _lease_holder_alive(path: Path) -> bool:
+    try:
+        pid = int(path.read_text().strip() or "0")
+    except (OSError, ValueError):
+        return True  # being written right now: treat as held
+    return pid > 0 and pid_alive(pid)
+
+
+def _release_leases() -> None:
+    for p in _leased:
+        try:
+            p.unlink()
+        except OSError:
+            pass
+    _leased.clear()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago (bind to port 0 and release it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """The first port of a block of PORT_BLOCK free ports, leased to this process until it
+    exits (see PORT_LEASE_DIR)."""
+    PORT_LEASE_DIR.mkdir(parents=True, exist_ok=True)
+    blocks = list(range(PORT_RANGE[0], PORT_RANGE[1], PORT_BLOCK))
+    start = (os.getpid() * 7919 + time.monotonic_ns() // 1000) % len(blocks)
+    for k in range(len(blocks)):
+        base = blocks[(start + k) % len(blocks)]
+        lease = PORT_LEASE_DIR / str(base)
+        try:
+            fd = os.open(lease, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            if _lease_holder_alive(lease):
+                continue
+            try:
+                lease.unlink()  # its holder is gone: take it over
+                fd = os.open(lease, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except OSError:
+                continue
+        with os.fdopen(fd, "w") as f:
+            f.write(str(os.getpid()))
+        if not all(port_is_free(base + i, host) for i in range(PORT_BLOCK)):
+            lease.unlink()
+            continue
+        if not _leased:
+            atexit.register(_release_leases)
+        _leased.append(lease)
+        return base
+    raise RuntimeError(f"no free port block in {PORT_RANGE} ({PORT_LEASE_DIR})")
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
