@@ -83,6 +83,18 @@ struct coord_ha {
     uint64_t written_version;
 };
 
+const char *coord_ha_next(const char *state, const char *event)
+{
+    for (int st = 0; st < HA_STATES; st++) {
+        if (strcmp(state_names[st], state) != 0)
+            continue;
+        for (int ev = 0; ev < HA_EVENTS; ev++)
+            if (strcmp(event_names[ev], event) == 0)
+                return ha_table[st][ev] ? state_names[ha_table[st][ev] - 1] : NULL;
+    }
+    return NULL;
+}
+
 static int ha_step(struct coord_ha *h, enum ha_event ev, const char *cause)
 {
     enum ha_state from = h->state;
@@ -383,8 +395,15 @@ bool coord_ha_accepts_refresh(struct coord *c, struct httpd_req *req)
              "copy its table",
              *etcd_lock_holder(h->lock) ? etcd_lock_holder(h->lock) : "unknown yet");
     httpd_add_header(req, "Retry-After", "1");
+    httpd_add_header(req, "Connection", "close");
     httpd_respond_error(req, 503, msg);
     return false;
+}
+
+void coord_ha_standby_close(struct coord *c, struct httpd_req *req)
+{
+    if (c->ha && c->ha->state != HA_MASTER)
+        httpd_add_header(req, "Connection", "close");
 }
 
 const char *coord_ha_role(struct coord *c, const char **holder)

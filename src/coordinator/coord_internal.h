@@ -182,9 +182,16 @@ int coord_ha_start(struct coord *c);
 void coord_ha_table_changed(struct coord *c);
 /* A refresh reached a standby: false (answered 503 NOT_MASTER) or true to go on. */
 bool coord_ha_accepts_refresh(struct coord *c, struct httpd_req *req);
+/* On a standby, end the connection after this answer: a client kept alive on it (the
+ * controller through a Service, from when this one was master) reconnects, and the
+ * Service sends it to the master. */
+void coord_ha_standby_close(struct coord *c, struct httpd_req *req);
 /* The state for probes: "single", "standby", "syncing", "master"; holder = who holds the
  * lock as last seen ("" unknown). */
 const char *coord_ha_role(struct coord *c, const char **holder);
+/* The state table, for its unit test: the state after event in state (names as logged),
+ * NULL when the table refuses it. */
+const char *coord_ha_next(const char *state, const char *event);
 /* Shutdown: a master gives the lock back (its standby takes over at once) and waits up
  * to wait_ms for etcd to hear it; then everything is freed. */
 void coord_ha_stop(struct coord *c, int64_t wait_ms);

@@ -264,6 +264,7 @@ bool coord_refuse_standby(struct coord *c, struct httpd_req *req, const char *ap
     metrics_counter_inc(c->m.standby_refusals);
     coord_count_request(c, api, 503);
     httpd_add_header(req, "Retry-After", "1");
+    httpd_add_header(req, "Connection", "close"); /* a kept-alive client reconnects */
     json_t *j = json_pack("{s:{s:s, s:s, s:n, s:i, s:s}}", "error", "message",
                           "this coordinator is a standby (NOT_MASTER): send inference to the "
                           "master (the one whose /readiness answers 200)",

@@ -65,6 +65,7 @@ static json_t *probe_body(const struct coord *c, const char *status, const char 
 static void h_alive(struct httpd_req *req, void *arg)
 {
     struct coord *c = arg;
+    coord_ha_standby_close(c, req);
     httpd_respond_json(req, 200, probe_body(c, "ok", "Coordinator is alive", false, false));
 }
 
@@ -73,6 +74,7 @@ static void h_alive(struct httpd_req *req, void *arg)
 static void h_readiness(struct httpd_req *req, void *arg)
 {
     struct coord *c = arg;
+    coord_ha_standby_close(c, req);
     struct inst_snapshot *s = inst_pub_get(&c->pub);
     int status;
     json_t *body = coord_readiness(c, s, true, &status);
@@ -92,6 +94,7 @@ static void h_root(struct httpd_req *req, void *arg)
 static void h_instances(struct httpd_req *req, void *arg)
 {
     struct coord *c = arg;
+    coord_ha_standby_close(c, req);
     httpd_respond_json(req, 200, inst_table_to_json(&c->table, util_mono_ms()));
 }
 
