@@ -447,9 +447,13 @@ static void ttl_done(void *arg, json_t *body, const char *error)
     (void)error;
     struct etcd_lock *l = arg;
     l->attempt = NULL;
+    /* The gateway omits a zero TTL: an answer without one is a lease in its last
+     * second; -1 (expired, unknown) stays unknown. */
     const char *ttl = json_string_value(json_object_get(body, "TTL"));
-    int64_t v = -1;
-    if (ttl && util_parse_i64(ttl, -1, INT64_MAX, &v) == 0 && v >= 0)
+    int64_t v = body && json_object_get(body, "ID") && !ttl ? 0 : -1;
+    if (ttl && util_parse_i64(ttl, -1, INT64_MAX, &v) < 0)
+        v = -1;
+    if (v >= 0)
         l->holder_ttl_ms = v * 1000;
     l->cb(l, ETCD_LOCK_BUSY, l->holder, l->arg);
 }

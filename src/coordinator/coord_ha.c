@@ -287,11 +287,16 @@ static void on_lock(struct etcd_lock *l, enum etcd_lock_event ev, const char *de
         return;
     case ETCD_LOCK_BUSY: {
         ha_step(h, HA_EV_BUSY, detail);
-        /* Try again when the holder's lease would end (it renews before that). */
+        /* Try again when the holder's lease could end: etcd tells its remainder in whole
+         * seconds, rounded down (the lease lives T..T+1 s more), so at T s, and every
+         * 100 ms once under a second (etcd deletes an expired lease's key within its
+         * 500 ms expiry check). A live master renews before then and stays. */
         int64_t left = etcd_lock_holder_ttl_ms(l);
         int64_t wait = c->cfg.ha_retry_ms;
-        if (left >= 0 && left + 50 < wait)
-            wait = left + 50;
+        if (left >= 0)
+            wait = MOTOR_MIN(wait, left >= 1000 ? left : 100);
+        log_debug("ha_lock_busy", LF_STR("master", detail), LF_INT("holder_lease_left_ms", left),
+                  LF_INT("retry_in_ms", wait));
         retry_later(h, wait);
         return;
     }

@@ -665,6 +665,11 @@ static const struct cfgtab_row rows[] = {
 };
 
 const struct cfgtab nm_config_cfgtab = CFGTAB_TABLE("node manager", rows, src_names);
+/* The rows' shorthands end with the table: the loader's functions name their context L
+ * (gcc's -Wshadow sees the macro's expansion there). */
+#undef L
+#undef M
+#undef D
 
 /* ---- engine section ----------------------------------------------------------------- */
 
