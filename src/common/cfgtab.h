@@ -114,7 +114,7 @@ struct cfgtab_row {
     const struct cfgtab_ops *ops; /* irregular keys (on a GROUP: only dump, for its shape) */
     const char *dump;             /* path in the dump (NULL = path) */
     const char *doc;              /* one line for the docs */
-    size_t size;          /* CUSTOM: the field's size (cfgtab_keep_restart swaps it) */
+    size_t size;                  /* CUSTOM: the field's size (cfgtab_keep_restart swaps it) */
     const char *def_doc;  /* the docs' default when not a constant ("`$POD_IP` or 127.0.0.1") */
     const char *type_doc; /* the docs' type when the built-in one does not say it */
 };

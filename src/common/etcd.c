@@ -54,8 +54,7 @@ static void on_done(const struct httpc_response *resp, void *arg)
         snprintf(why, sizeof(why), "%s",
                  resp->error_text && *resp->error_text ? resp->error_text : strerror(-resp->error));
     } else if (resp->status != 200) {
-        snprintf(why, sizeof(why), "HTTP %ld: %.160s", resp->status,
-                 resp->body ? resp->body : "");
+        snprintf(why, sizeof(why), "HTTP %ld: %.160s", resp->status, resp->body ? resp->body : "");
     } else if (!(body = json_loadb(resp->body, resp->body_len, 0, NULL)) || !json_is_object(body)) {
         json_decref(body);
         body = NULL;
@@ -480,8 +479,8 @@ static void txn_done(void *arg, json_t *body, const char *error)
         return;
     }
     /* Somebody else holds it: learn who, give our lease back. */
-    json_t *rr = json_object_get(json_array_get(json_object_get(body, "responses"), 0),
-                                 "response_range");
+    json_t *rr =
+        json_object_get(json_array_get(json_object_get(body, "responses"), 0), "response_range");
     char *holder = NULL;
     char holder_lease[32] = "";
     (void)etcd_range_first(rr, &holder, NULL, holder_lease, sizeof(holder_lease));
@@ -573,8 +572,8 @@ int64_t etcd_lock_holder_ttl_ms(const struct etcd_lock *l)
 
 json_t *etcd_lock_guard(const struct etcd_lock *l)
 {
-    return json_pack("[{s:o, s:s, s:s, s:o}]", "key", etcd_b64(l->key), "result", "EQUAL",
-                     "target", "VALUE", "value", etcd_b64(l->owner));
+    return json_pack("[{s:o, s:s, s:s, s:o}]", "key", etcd_b64(l->key), "result", "EQUAL", "target",
+                     "VALUE", "value", etcd_b64(l->owner));
 }
 
 void etcd_lock_lost(struct etcd_lock *l, const char *why)

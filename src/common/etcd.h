@@ -40,8 +40,8 @@ struct etcd_call;
 struct etcd_opts {
     const char *const *endpoints; /* base URLs (http:// or https://), tried in turn */
     size_t n_endpoints;
-    int64_t timeout_ms;           /* per request; 0 = 5 s */
-    const struct httpc_tls *tls;  /* for https:// endpoints (copied); NULL = system store */
+    int64_t timeout_ms;          /* per request; 0 = 5 s */
+    const struct httpc_tls *tls; /* for https:// endpoints (copied); NULL = system store */
 };
 
 /* NULL with a message in err when there is no endpoint or no HTTP client. */
@@ -56,8 +56,7 @@ size_t etcd_active(const struct etcd *e);
 typedef void (*etcd_cb)(void *arg, json_t *body, const char *error);
 /* POST path ("/v3/kv/range", ...) with body (the reference is stolen). cb(arg) later,
  * exactly once, unless cancelled or the client is freed. */
-struct etcd_call *etcd_post(struct etcd *e, const char *path, json_t *body, etcd_cb cb,
-                            void *arg);
+struct etcd_call *etcd_post(struct etcd *e, const char *path, json_t *body, etcd_cb cb, void *arg);
 /* Forget a call in flight: its callback will not run. NULL-safe. */
 void etcd_cancel(struct etcd *e, struct etcd_call *call);
 
@@ -88,21 +87,21 @@ json_t *etcd_op_range(const char *key);
 struct etcd_lock;
 
 enum etcd_lock_event {
-    ETCD_LOCK_WON,    /* this process holds the lock now */
-    ETCD_LOCK_BUSY,   /* an attempt found it held by someone else (etcd_lock_holder) */
-    ETCD_LOCK_FAILED, /* an attempt could not be made (etcd unreachable, bad answer) */
-    ETCD_LOCK_LOST,   /* a held lock is gone (detail says why) */
+    ETCD_LOCK_WON,     /* this process holds the lock now */
+    ETCD_LOCK_BUSY,    /* an attempt found it held by someone else (etcd_lock_holder) */
+    ETCD_LOCK_FAILED,  /* an attempt could not be made (etcd unreachable, bad answer) */
+    ETCD_LOCK_LOST,    /* a held lock is gone (detail says why) */
     ETCD_LOCK_RENEWED, /* a renewal succeeded: etcd_lock_valid_until moved on */
 };
 
 struct etcd_lock_opts {
-    const char *key;       /* absolute */
-    const char *owner;     /* the key's value while we hold it (this process's identity) */
-    int ttl_s;             /* the lease; >= 1 */
-    int64_t renew_ms;      /* keepalive period; 0 = ttl/3 (at least 100 ms) */
-    int max_failures;      /* renewals failing in a row that lose the lock; 0 = only the TTL */
-    bool holder_ttl;       /* on BUSY, ask how long the holder's lease has left
-                            * (etcd_lock_holder_ttl_ms): a standby can try right then */
+    const char *key;        /* absolute */
+    const char *owner;      /* the key's value while we hold it (this process's identity) */
+    int ttl_s;              /* the lease; >= 1 */
+    int64_t renew_ms;       /* keepalive period; 0 = ttl/3 (at least 100 ms) */
+    int max_failures;       /* renewals failing in a row that lose the lock; 0 = only the TTL */
+    bool holder_ttl;        /* on BUSY, ask how long the holder's lease has left
+                             * (etcd_lock_holder_ttl_ms): a standby can try right then */
     const char *log_prefix; /* event names: "<prefix>_keepalive_failed", ... */
 };
 

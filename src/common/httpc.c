@@ -991,7 +991,8 @@ int httpc_tls_reload(struct httpc *n)
 {
     int failed = 0;
     struct list_head *pos;
-    list_for_each(pos, &n->tls) {
+    list_for_each(pos, &n->tls)
+    {
         struct tls_entry *e = list_entry(pos, struct tls_entry, link);
         struct tls_config tc = {
             .cert_file = e->cert_file,
@@ -1017,7 +1018,8 @@ int httpc_tls_reload(struct httpc *n)
         e->ctx = ctx;
     }
     /* Sessions belong to the contexts they were made with: new connections start fresh. */
-    list_for_each(pos, &n->pools) {
+    list_for_each(pos, &n->pools)
+    {
         struct npool *p = list_entry(pos, struct npool, link);
         tls_session_free(p->session);
         p->session = NULL;

@@ -70,9 +70,9 @@ static void metrics_setup(struct ctl *c)
     m->coord_restarts =
         metrics_counter_new(m->reg, "motor_controller_coordinator_restarts_total",
                             "Coordinator restarts detected by a changed boot id (full set sent).");
-    struct metrics_family *rl = metrics_counter_family(
-        m->reg, "motor_controller_config_reloads_total", "Configuration reloads, by result.",
-        "result");
+    struct metrics_family *rl =
+        metrics_counter_family(m->reg, "motor_controller_config_reloads_total",
+                               "Configuration reloads, by result.", "result");
     m->reloads_ok = metrics_counter_labels(rl, "result", "ok");
     m->reloads_failed = metrics_counter_labels(rl, "result", "invalid");
 }

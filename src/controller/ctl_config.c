@@ -77,9 +77,9 @@ static const struct cfgtab_row tls_rows[] = {
     {"ca_file", CFGTAB_STRING, TOFF(ca_file), .doc = "must be readable when set"},
     {"cert_file", CFGTAB_STRING, TOFF(cert_file), .doc = "required and readable with TLS"},
     {"key_file", CFGTAB_STRING, TOFF(key_file), .doc = "required and readable with TLS"},
-    {"passwd_file", CFGTAB_CUSTOM, TOFF(key_password), .flags = CFGTAB_SECRET,
-     .ops = &passwd_ops, .size = sizeof(char *), .dump = "key_password_loaded",
-     .type_doc = "string", .doc = "the key's password, read when the file is readable"},
+    {"passwd_file", CFGTAB_CUSTOM, TOFF(key_password), .flags = CFGTAB_SECRET, .ops = &passwd_ops,
+     .size = sizeof(char *), .dump = "key_password_loaded", .type_doc = "string",
+     .doc = "the key's password, read when the file is readable"},
 };
 static const struct cfgtab tls_table = CFGTAB_TABLE("tls", tls_rows, NULL);
 #define OFF(f) offsetof(struct ctlcfg, f)
@@ -236,8 +236,8 @@ static const struct cfgtab_row coord_key_rows[] = {
 };
 
 static const struct cfgtab_row rows[] = {
-    {"daemon_loop_interval", CFGTAB_MS, OFF(daemon_loop_ms), .flags = L, .min = 0.05,
-     .max = 3600, .def_d = 5,
+    {"daemon_loop_interval", CFGTAB_MS, OFF(daemon_loop_ms), .flags = L, .min = 0.05, .max = 3600,
+     .def_d = 5,
      .doc = "period of the daemon loop's housekeeping (store backlog, stale stop records)"},
     {"logging_config.log_level", CFGTAB_STRING, OFF(log_level), .flags = L, .def_s = "INFO",
      .check = cfgtab_check_log_level, .type_doc = "DEBUG, INFO, WARNING, ERROR (any case)",

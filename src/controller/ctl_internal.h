@@ -70,16 +70,16 @@ struct ctl_metrics {
 
 /* What the command line set: kept for reloads, which apply it again over the file. */
 struct ctl_cli {
-    char *config; /* the file read (NULL: none, defaults only) */
-    char *host;   /* --host (NULL: the file's) */
-    int port;     /* --port (-1: the file's) */
+    char *config;          /* the file read (NULL: none, defaults only) */
+    char *host;            /* --host (NULL: the file's) */
+    int port;              /* --port (-1: the file's) */
     bool log_level_pinned; /* --log-level given: the file's level is not applied */
 };
 
 struct ctl {
     struct ctlcfg cfg;
     struct ctl_cli cli;
-    struct cfgwatch *watch;          /* config and TLS files (ctl_reload.c) */
+    struct cfgwatch *watch;            /* config and TLS files (ctl_reload.c) */
     struct reactor_timer daemon_timer; /* daemon_loop_interval */
     struct reactor *r;
     struct httpd *httpd;

@@ -102,5 +102,4 @@ size_t store_flush(struct store *st, int64_t timeout_ms);
 
 void store_get_stats(const struct store *st, struct store_stats *out);
 
-
 #endif

@@ -99,9 +99,9 @@ static const struct cfgtab_row tls_rows[] = {
     {"key_file", CFGTAB_STRING, TOFF(key_file), .doc = "required with TLS"},
     {"ca_file", CFGTAB_STRING, TOFF(ca_file), .check = skip_empty,
      .doc = "requires client certificates (mutual TLS)"},
-    {"passwd_file", CFGTAB_CUSTOM, TOFF(key_password), .flags = CFGTAB_SECRET,
-     .ops = &passwd_ops, .size = sizeof(char *), .dump = "key_password_loaded",
-     .type_doc = "string", .doc = "the key's password: the file's first line"},
+    {"passwd_file", CFGTAB_CUSTOM, TOFF(key_password), .flags = CFGTAB_SECRET, .ops = &passwd_ops,
+     .size = sizeof(char *), .dump = "key_password_loaded", .type_doc = "string",
+     .doc = "the key's password: the file's first line"},
 };
 static const struct cfgtab tls_table = CFGTAB_TABLE("tls", tls_rows, NULL);
 
@@ -204,8 +204,8 @@ static const struct cfgtab_row rows[] = {
      .doc = "the lock's etcd key; the replicated instance table is `<key>/instances`"},
     {"etcd_config.etcd_host", CFGTAB_STRING, OFF(etcd_host),
      .def_s = "etcd.default.svc.cluster.local", .doc = "etcd, when `etcd_endpoints` is not given"},
-    {"etcd_config.etcd_port", CFGTAB_INT, OFF(etcd_port), .min = 1, .max = 65535,
-     .def_i = 2379, .doc = "with `etcd_host`"},
+    {"etcd_config.etcd_port", CFGTAB_INT, OFF(etcd_port), .min = 1, .max = 65535, .def_i = 2379,
+     .doc = "with `etcd_host`"},
     {"etcd_config.etcd_timeout", CFGTAB_MS, OFF(etcd_timeout_ms), .min = 0.1, .max = 600,
      .def_d = 5, .doc = "etcd request timeout"},
     {"etcd_config.etcd_endpoints", CFGTAB_STRLIST, OFF(etcd_endpoints), OFF(n_etcd_endpoints),

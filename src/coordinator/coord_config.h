@@ -24,8 +24,8 @@
 enum ccfg_scheduler { CCFG_SCHED_LOAD_BALANCE = 0, CCFG_SCHED_ROUND_ROBIN };
 
 struct ccfg_tls {
-    bool enable;        /* restart: a listener cannot switch between plain and TLS */
-    char *cert_file;    /* live: a reload reads the files again */
+    bool enable;     /* restart: a listener cannot switch between plain and TLS */
+    char *cert_file; /* live: a reload reads the files again */
     char *key_file;
     char *ca_file;
     char *key_password; /* read from passwd_file when set */

@@ -50,14 +50,22 @@
 #define HA_SYNC_RETRY_MS 200
 
 enum ha_state { HA_STANDBY = 0, HA_SYNCING, HA_MASTER, HA_STOPPED, HA_STATES };
-enum ha_event { HA_EV_WON = 0, HA_EV_BUSY, HA_EV_FAILED, HA_EV_SYNCED, HA_EV_LOST, HA_EV_STOP,
-                HA_EVENTS };
+enum ha_event {
+    HA_EV_WON = 0,
+    HA_EV_BUSY,
+    HA_EV_FAILED,
+    HA_EV_SYNCED,
+    HA_EV_LOST,
+    HA_EV_STOP,
+    HA_EVENTS
+};
 
 static const char *const state_names[HA_STATES] = {"standby", "syncing", "master", "stopped"};
-static const char *const event_names[HA_EVENTS] = {"won", "busy", "failed",
+static const char *const event_names[HA_EVENTS] = {"won",    "busy", "failed",
                                                    "synced", "lost", "stop"};
 
 /* new state + 1; 0 = illegal */
+/* clang-format off */
 #define T(s) ((int8_t)((s) + 1))
 static const int8_t ha_table[HA_STATES][HA_EVENTS] = {
     /*              WON            BUSY           FAILED         SYNCED        LOST           STOP */
@@ -67,6 +75,7 @@ static const int8_t ha_table[HA_STATES][HA_EVENTS] = {
     [HA_STOPPED] = {0},
 };
 #undef T
+/* clang-format on */
 
 struct coord_ha {
     struct coord *c;
@@ -78,8 +87,8 @@ struct coord_ha {
     struct reactor_timer campaign_timer;
     struct reactor_timer sync_timer;
     struct etcd_call *read_call, *write_call;
-    int64_t read_rev;     /* mod_revision of the table last applied */
-    bool dirty;           /* master: the table changed since the last write that landed */
+    int64_t read_rev; /* mod_revision of the table last applied */
+    bool dirty;       /* master: the table changed since the last write that landed */
     uint64_t written_version;
 };
 
@@ -152,8 +161,9 @@ static void write_table(struct coord_ha *h)
     struct coord *c = h->c;
     h->dirty = false;
     h->written_version = c->table.version;
-    json_t *v = json_pack("{s:s, s:I, s:o}", "owner", h->owner, "version",
-                          (json_int_t)c->table.version, "refresh", inst_table_to_refresh(&c->table));
+    json_t *v =
+        json_pack("{s:s, s:I, s:o}", "owner", h->owner, "version", (json_int_t)c->table.version,
+                  "refresh", inst_table_to_refresh(&c->table));
     char *text = json_dumps(v, JSON_COMPACT);
     json_decref(v);
     json_t *ops = json_pack("[o]", etcd_op_put(h->table_key, text ? text : "{}", NULL));
@@ -233,8 +243,8 @@ static void read_table(struct coord_ha *h)
 {
     if (h->read_call)
         return;
-    h->read_call = etcd_post(h->e, "/v3/kv/range", etcd_range_body(h->table_key, false),
-                             read_done, h);
+    h->read_call =
+        etcd_post(h->e, "/v3/kv/range", etcd_range_body(h->table_key, false), read_done, h);
 }
 
 static void on_sync_timer(struct reactor *r, void *arg)

@@ -101,8 +101,8 @@ struct coord_ha;     /* coord_ha.c */
 
 /* What the command line set: kept for reloads, which apply it again over the file. */
 struct coord_cli {
-    char *config;      /* the file read (NULL: none) */
-    char *host;        /* --host */
+    char *config;                 /* the file read (NULL: none) */
+    char *host;                   /* --host */
     int port, mgmt_port, workers; /* -1: the file's */
     bool log_level_pinned;
 };

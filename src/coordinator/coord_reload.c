@@ -222,8 +222,8 @@ int coord_reload_now(struct coord *c, const char *why)
     metrics_counter_inc(c->m.reloads_ok);
     log_info("config_reloaded", LF_STR("path", path), LF_STR("trigger", why),
              LF_STR("changed", live ? live : ""), LF_STR("log_level", c->cfg.log_level),
-             LF_STR("scheduler", c->cfg.scheduler == CCFG_SCHED_ROUND_ROBIN ? "round_robin"
-                                                                           : "load_balance"),
+             LF_STR("scheduler",
+                    c->cfg.scheduler == CCFG_SCHED_ROUND_ROBIN ? "round_robin" : "load_balance"),
              LF_INT("max_retry", c->cfg.max_retry),
              LF_INT("breaker_threshold", c->cfg.breaker_threshold),
              LF_INT("first_token_timeout_ms", c->cfg.first_token_timeout_ms),

@@ -265,11 +265,11 @@ bool coord_refuse_standby(struct coord *c, struct httpd_req *req, const char *ap
     coord_count_request(c, api, 503);
     httpd_add_header(req, "Retry-After", "1");
     httpd_add_header(req, "Connection", "close"); /* a kept-alive client reconnects */
-    json_t *j = json_pack("{s:{s:s, s:s, s:n, s:i, s:s}}", "error", "message",
-                          "this coordinator is a standby (NOT_MASTER): send inference to the "
-                          "master (the one whose /readiness answers 200)",
-                          "type", "ServiceUnavailable", "param", "code", 503, "reason",
-                          "NOT_MASTER");
+    json_t *j =
+        json_pack("{s:{s:s, s:s, s:n, s:i, s:s}}", "error", "message",
+                  "this coordinator is a standby (NOT_MASTER): send inference to the "
+                  "master (the one whose /readiness answers 200)",
+                  "type", "ServiceUnavailable", "param", "code", 503, "reason", "NOT_MASTER");
     httpd_respond_json(req, 503, j);
     return false;
 }
@@ -362,8 +362,8 @@ static int load_config(struct coord *c, const struct cli_args *a)
     log_info("config_loaded", LF_STR("path", path), LF_STR("host", c->cfg.host),
              LF_INT("infer_port", c->cfg.infer_port), LF_INT("mgmt_port", c->cfg.mgmt_port),
              LF_INT("workers", c->cfg.workers),
-             LF_STR("scheduler", c->cfg.scheduler == CCFG_SCHED_ROUND_ROBIN ? "round_robin"
-                                                                           : "load_balance"),
+             LF_STR("scheduler",
+                    c->cfg.scheduler == CCFG_SCHED_ROUND_ROBIN ? "round_robin" : "load_balance"),
              LF_INT("max_retry", c->cfg.max_retry),
              LF_INT("first_token_timeout_ms", c->cfg.first_token_timeout_ms),
              LF_INT("infer_timeout_ms", c->cfg.infer_timeout_ms),

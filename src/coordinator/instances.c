@@ -506,11 +506,11 @@ json_t *inst_table_to_refresh(const struct inst_table *t)
                 json_object_set_new(je, "bootstrap_port", json_integer(ep->bootstrap_port));
             json_object_set_new(pod, id, je);
         }
-        json_t *o = json_pack("{s:I, s:s, s:s, s:s, s:s, s:s, s:o}", "id", (json_int_t)in->id,
-                              "role", wire_role_str(in->role), "status",
-                              wire_ins_status_str(in->status), "job_name", in->job_name,
-                              "model_name", in->model_name, "engine_type", in->engine_type,
-                              "endpoints", pods);
+        json_t *o =
+            json_pack("{s:I, s:s, s:s, s:s, s:s, s:s, s:o}", "id", (json_int_t)in->id, "role",
+                      wire_role_str(in->role), "status", wire_ins_status_str(in->status),
+                      "job_name", in->job_name, "model_name", in->model_name, "engine_type",
+                      in->engine_type, "endpoints", pods);
         if (in->dispatch != WIRE_DISPATCH_DEFAULT)
             json_object_set_new(o, "dispatch_capabilities",
                                 json_pack("[s]", in->dispatch == WIRE_DISPATCH_HANDOFF

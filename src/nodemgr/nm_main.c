@@ -368,9 +368,8 @@ int node_manager_main(int argc, char **argv)
     nm->passthrough_fd = -1;
     nm->boot_ms = util_mono_ms();
     struct reactor_timer *timers[] = {
-        &nm->stop_exit_timer, &nm->shutdown_timer,      &nm->tick_timer,
-        &nm->probe_timer,     &nm->wait_timer,          &nm->arb_timer,
-        &nm->ctrl.register_timer, &nm->ctrl.hb_timer,
+        &nm->stop_exit_timer, &nm->shutdown_timer, &nm->tick_timer,          &nm->probe_timer,
+        &nm->wait_timer,      &nm->arb_timer,      &nm->ctrl.register_timer, &nm->ctrl.hb_timer,
     };
     for (size_t i = 0; i < ARRAY_LEN(timers); i++)
         reactor_timer_init(timers[i], NULL, NULL);

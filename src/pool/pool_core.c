@@ -609,11 +609,10 @@ static int rescan(struct pool *p, bool first)
             /* The node this file defined before (if any) keeps its last valid version. */
             f->node_id = was && was->node_id ? xstrdup(was->node_id) : NULL;
             bad++;
-            log_error("pool_manifest_invalid", LF_STR("file", path),
-                      LF_INT("errors", cfg_errors_count(&errs)),
-                      LF_STR("detail", cfg_errors_text(&errs)),
-                      LF_STR("action", f->node_id ? "the node keeps its previous manifest"
-                                                  : "skipped"));
+            log_error(
+                "pool_manifest_invalid", LF_STR("file", path),
+                LF_INT("errors", cfg_errors_count(&errs)), LF_STR("detail", cfg_errors_text(&errs)),
+                LF_STR("action", f->node_id ? "the node keeps its previous manifest" : "skipped"));
         }
         cfg_errors_release(&errs);
     }

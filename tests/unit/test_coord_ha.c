@@ -20,10 +20,10 @@ static const char *const events[] = {"won", "busy", "failed", "synced", "lost", 
 static const struct {
     const char *state, *event, *next;
 } listing[] = {
-    {"standby", "won", "syncing"},   {"standby", "busy", "standby"},
+    {"standby", "won", "syncing"},    {"standby", "busy", "standby"},
     {"standby", "failed", "standby"}, {"standby", "stop", "stopped"},
-    {"syncing", "synced", "master"}, {"syncing", "lost", "standby"},
-    {"syncing", "stop", "stopped"},  {"master", "lost", "standby"},
+    {"syncing", "synced", "master"},  {"syncing", "lost", "standby"},
+    {"syncing", "stop", "stopped"},   {"master", "lost", "standby"},
     {"master", "stop", "stopped"},
 };
 
