@@ -200,6 +200,8 @@ def test_live_keys_with_traffic(procs, tmpdir_path):
             nm.stop_heartbeats()
             assert nm.hb_errors == [], nm.hb_errors[:5]
         assert c.proc.alive()
+        assert c.proc.stop(15) == 0, c.proc.tail()  # no sanitizer report at exit
+        assert "Sanitizer" not in c.proc.output()
     finally:
         if reader:
             reader.finish()
@@ -272,5 +274,7 @@ def test_tls_certificate_rotated_in_place(procs, tmpdir_path):
             pass
         old.close()
         new.close()
+        assert c.proc.stop(15) == 0, c.proc.tail()
+        assert "Sanitizer" not in c.proc.output()
     finally:
         a.close()

@@ -26,7 +26,7 @@ from typing import Any, Optional
 import pytest
 
 import motorlib
-from coord_helpers import FAST, Coord, ext_instance
+from coord_helpers import Coord, ext_instance, stop_clean
 from ctl_fakes import Etcd, etcd_available
 
 pytestmark = pytest.mark.skipif(not etcd_available() and os.environ.get("MOTOR_REQUIRE_ETCD") != "1",
@@ -270,10 +270,10 @@ def test_master_without_etcd_steps_down(fleet):
 def test_sigterm_hands_over_at_once(fleet):
     a, b = fleet["a"], fleet["b"]
     t0 = time.monotonic()
-    a.proc.signal(signal.SIGTERM)
-    a.proc.wait(15)
+    stop_clean(a.c)  # SIGTERM: exit 0, no sanitizer report
     assert a.proc.find_events("coordinator_ha_resigned")
     wait_master([b], RETRY + 2)
     # before the lease would have expired by itself
     assert time.monotonic() - t0 < TTL
     assert table_ids(b) == {1, 2}
+    stop_clean(b.c)

@@ -27,7 +27,7 @@ import time
 from typing import Any, Optional
 
 import motorlib
-from coord_helpers import Coord, ext_instance, sim_served
+from coord_helpers import Coord, ext_instance, sim_served, stop_clean
 
 REPO = motorlib.REPO
 KEY1, KEY2 = "key-one-" + "x" * 16, "key-two-" + "y" * 16
@@ -250,6 +250,7 @@ def test_live_keys_with_traffic(procs, tmpdir_path):
         traffic.finish()
     assert traffic.failures == [], traffic.failures[:5]
     assert p.alive()
+    stop_clean(c)  # exit 0, no sanitizer report (every replaced config released)
 
 
 def test_tls_rotated_in_place_keeps_open_streams(procs, tmpdir_path):
@@ -318,3 +319,4 @@ def test_tls_rotated_in_place_keeps_open_streams(procs, tmpdir_path):
         raise AssertionError("the old CA still verifies the new certificate")
     except ssl.SSLError:
         pass
+    stop_clean(c)

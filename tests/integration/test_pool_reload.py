@@ -83,3 +83,4 @@ def test_manifest_dir_watched(procs, tmpdir_path):
     # the other node is untouched
     assert pool.invoke("w", {}).status == 200
     assert pool.stop() == 0
+    assert "Sanitizer" not in pool.proc.output()
