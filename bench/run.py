@@ -8,7 +8,8 @@ Rows (each module under bench/lib/row_*.py):
   memory    the supervisor's RSS/PSS with 16 engines: same peers
   mgmt_api  GET /node-manager/status under wrk vs nginx serving the same bytes
   gateway   coordinator vs nginx reverse proxy: added latency (motor-latprobe) and req/s
-  plugins   rows from bench/nm_*.py, bench/ctl_*.py, bench/pool_*.py (see README.md)
+  plugins   rows from bench/nm_*.py, bench/ctl_*.py, bench/pool_*.py, bench/coord_*.py
+            (see README.md)
 
 Environment (all optional): BENCH_QUICK=1 (1 repetition, 100 kills, 3 s wrk runs),
 BENCH_REPS, BENCH_KILLS, BENCH_SERVICES, BENCH_KILL_INTERVAL_MS, BENCH_MIN_AGE_MS,
@@ -41,7 +42,7 @@ ROWS = ["restart", "memory", "mgmt_api", "gateway", "plugins"]
 def main() -> int:
     ctx = Ctx.from_env()
     unknown = ctx.rows - set(ROWS)
-    if unknown and not all(r.startswith(("nm_", "ctl_", "pool_")) for r in unknown):
+    if unknown and not all(r.startswith(("nm_", "ctl_", "pool_", "coord_")) for r in unknown):
         print(f"unknown BENCH_ROWS entries: {sorted(unknown)}; known: {ROWS}", file=sys.stderr)
         return 2
     if not os.access(ctx.motor, os.X_OK):

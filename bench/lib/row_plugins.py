@@ -1,7 +1,9 @@
 """row_plugins — rows measured by other components' bench scripts.
 
-bench/nm_*.py, bench/ctl_*.py and bench/pool_*.py (written by the node-manager,
-controller and worker-pool work) are run one after the other as
+bench/nm_*.py, bench/ctl_*.py, bench/pool_*.py and bench/coord_*.py (written by the
+node-manager, controller, worker-pool and coordinator work; only scripts carrying the
+plug-in marker run, so coord_ab.py and coord_callgrind.py are not rows) are run one
+after the other as
     /usr/bin/python3 bench/<name>.py --json <file>
 with MOTOR_BIN, BENCH_QUICK, BENCH_REPS and BENCH_KILLS in the environment, and must
 write the JSON document described in bench/README.md ("Plug-in contract"). Their rows
@@ -22,7 +24,7 @@ from . import common as C
 from .ctx import Ctx
 from .report import Row, pending
 
-PREFIXES = ("nm_", "ctl_", "pool_")
+PREFIXES = ("nm_", "ctl_", "pool_", "coord_")
 TIMEOUT_S = {"quick": 120, "full": 300}
 
 # (id, group, workload, metric, unit, better, target, who builds it)
@@ -58,6 +60,10 @@ PLACEHOLDERS = [
      "bench/pool_*.py"),
     ("pool.cold_start.p50", "Worker pool: cold start", "first call to a stopped worker",
      "time to first answer p50", "ms", "lower", None, "bench/pool_*.py"),
+    ("coord.takeover.p50", "Coordinator takeover",
+     "2 coordinators on etcd, master_lock_ttl 3 s, renewal and retry 1 s",
+     "master SIGKILL → standby's first answer, median", "ms", "lower", None,
+     "bench/coord_*.py"),
 ]
 
 

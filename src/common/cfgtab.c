@@ -1,10 +1,13 @@
 /* cfgtab — configuration keys as table rows (see cfgtab.h). */
 #include "common/cfgtab.h"
 
+#include "common/log.h"
 #include "common/util.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,9 +49,13 @@ static int64_t scale_of(const struct cfgtab_row *r)
     return r->scale ? r->scale : 1;
 }
 
+/* A group's rows take its class, except those marked RESTART (a live TLS block's files
+ * are reloaded, its switch between plain and TLS is not). */
 static unsigned live_of(const struct cfgtab_row *r, const struct where *w)
 {
-    return w->live == UINT32_MAX ? (r->flags & CFGTAB_LIVE) : w->live;
+    if (w->live == UINT32_MAX)
+        return r->flags & CFGTAB_LIVE;
+    return (r->flags & CFGTAB_RESTART) ? 0 : w->live;
 }
 
 /* ---- given ---------------------------------------------------------------------------- */
@@ -428,6 +435,12 @@ static void dump_rows(const struct cfgtab *t, const char *base, const char *pref
             continue;
         char path[CFGTAB_PATH_MAX];
         join(path, prefix, r->dump ? r->dump : r->path);
+        if (r->type == CFGTAB_GROUP && r->ops && r->ops->dump) {
+            json_t *v = r->ops->dump(r, base);
+            if (v)
+                put_path(out, path, v);
+            continue;
+        }
         if (r->type == CFGTAB_GROUP) {
             if (!*path) {
                 dump_rows(r->sub, base + r->off, "", out);
@@ -568,6 +581,79 @@ char *cfgtab_diff(const struct cfgtab *t, const void *a, const void *b, unsigned
         return NULL;
     }
     return strbuf_take(&sb);
+}
+
+/* ---- reload: the running values of restart rows ------------------------------------ */
+
+static size_t field_size(const struct cfgtab_row *r)
+{
+    switch (r->type) {
+    case CFGTAB_BOOL:
+        return sizeof(bool);
+    case CFGTAB_INT:
+    case CFGTAB_ENUM:
+        return sizeof(int);
+    case CFGTAB_INT64:
+    case CFGTAB_MS:
+        return sizeof(int64_t);
+    case CFGTAB_SIZE:
+        return sizeof(size_t);
+    case CFGTAB_DOUBLE:
+        return sizeof(double);
+    case CFGTAB_STRING:
+    case CFGTAB_STRLIST:
+        return sizeof(char *);
+    case CFGTAB_CUSTOM:
+        return r->size;
+    case CFGTAB_GROUP:
+        break;
+    }
+    return 0;
+}
+
+static void swap_bytes(char *a, char *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        char t = a[i];
+        a[i] = b[i];
+        b[i] = t;
+    }
+}
+
+static void keep_rows(const struct cfgtab *t, char *next, char *old, const struct where *w,
+                      struct seen *seen, int *missing)
+{
+    for (size_t i = 0; i < t->n; i++) {
+        const struct cfgtab_row *r = &t->rows[i];
+        if (r->flags & (CFGTAB_OVERRIDE | CFGTAB_ACCEPTED))
+            continue;
+        unsigned live = live_of(r, w);
+        if (r->type == CFGTAB_GROUP) {
+            struct where sub = {"", w->off + r->off, live};
+            keep_rows(r->sub, next + r->off, old + r->off, &sub, seen, missing);
+            continue;
+        }
+        if (live || !seen_add(seen, w->off + r->off))
+            continue;
+        size_t n = field_size(r);
+        if (n == 0) {
+            (*missing)++; /* a restart CUSTOM row without .size: a table bug */
+            continue;
+        }
+        swap_bytes(next + r->off, old + r->off, n);
+        if (r->type == CFGTAB_STRLIST)
+            swap_bytes(next + r->off_n, old + r->off_n, sizeof(size_t));
+    }
+}
+
+int cfgtab_keep_restart(const struct cfgtab *t, void *next, void *old)
+{
+    struct seen seen = {0};
+    struct where top = {"", 0, UINT32_MAX};
+    int missing = 0;
+    keep_rows(t, next, old, &top, &seen, &missing);
+    free(seen.off);
+    return missing ? -EINVAL : 0;
 }
 
 /* ---- release -------------------------------------------------------------------------- */
@@ -727,7 +813,7 @@ static void markdown_rows(const struct cfgtab *t, const char *prefix, unsigned l
         const char *src = top && t->src_names ? t->src_names[r->src] : "";
         join(pre, prefix, src);
         join(key, pre, r->path);
-        unsigned l = top ? (r->flags & CFGTAB_LIVE) : live;
+        unsigned l = top ? (r->flags & CFGTAB_LIVE) : (r->flags & CFGTAB_RESTART) ? 0 : live;
         if (r->type == CFGTAB_GROUP) {
             markdown_rows(r->sub, key, l, override || (r->flags & CFGTAB_OVERRIDE), r->doc, false,
                           sb);
@@ -769,6 +855,18 @@ void cfgtab_markdown(const struct cfgtab *t, struct strbuf *sb)
 }
 
 /* ---- shared ops ----------------------------------------------------------------------- */
+
+const char *cfgtab_check_log_level(const char **s, char *buf, size_t cap)
+{
+    static const char *const canon[] = {"DEBUG", "INFO", "WARNING", "ERROR"};
+    enum log_level parsed;
+    if (log_parse_level(*s, &parsed) < 0) {
+        snprintf(buf, cap, "must be one of DEBUG, INFO, WARNING, ERROR, got \"%.160s\"", *s);
+        return buf;
+    }
+    *s = canon[parsed];
+    return NULL;
+}
 
 static json_t *loaded_dump(const struct cfgtab_row *r, const void *base)
 {

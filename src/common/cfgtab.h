@@ -12,6 +12,8 @@
  *                    redacted;
  *   cfgtab_diff      the keys whose values differ between two loaded configs, filtered by
  *                    flags (which of them a hot reload cannot apply);
+ *   cfgtab_keep_restart  a reloaded config with the running values of its restart keys
+ *                    (what a hot reload adopts: live keys new, restart keys as they run);
  *   cfgtab_markdown  the docs' key table;
  *   cfgtab_release   freeing what the fields own.
  * What a daemon still writes by hand is what no row can say: values derived from several
@@ -65,6 +67,8 @@ enum cfgtab_flag {
     CFGTAB_IFPRESENT = 1u << 10,   /* GROUP: read only when present (its keys by full path) */
     CFGTAB_QUIET = 1u << 11,       /* looked up without errors for non-object parents */
     CFGTAB_ONE_OR_LIST = 1u << 12, /* STRLIST: a string is taken as a one-element list */
+    CFGTAB_RESTART = 1u << 13,     /* a row of a LIVE group that still takes a restart (a TLS
+                                    * block's enable_tls: its files reload, the switch not) */
 };
 
 struct cfgtab;
@@ -107,9 +111,10 @@ struct cfgtab_row {
      * formatted message. */
     const char *(*check)(const char **s, char *buf, size_t cap);
     const struct cfgtab *sub;     /* GROUP */
-    const struct cfgtab_ops *ops; /* irregular keys */
+    const struct cfgtab_ops *ops; /* irregular keys (on a GROUP: only dump, for its shape) */
     const char *dump;             /* path in the dump (NULL = path) */
     const char *doc;              /* one line for the docs */
+    size_t size;                  /* CUSTOM: the field's size (cfgtab_keep_restart swaps it) */
     const char *def_doc;  /* the docs' default when not a constant ("`$POD_IP` or 127.0.0.1") */
     const char *type_doc; /* the docs' type when the built-in one does not say it */
 };
@@ -162,6 +167,19 @@ void cfgtab_dump_into(const struct cfgtab *t, const void *base, json_t *out);
  * b among the rows with (flags & mask) == want; NULL when none. mask 0: every row. */
 char *cfgtab_diff(const struct cfgtab *t, const void *a, const void *b, unsigned mask,
                   unsigned want);
+/* Hot reload: next (just loaded) takes the running values of the restart keys from old
+ * (the config in use) and old gets next's, so that adopting next applies exactly the live
+ * keys and releasing old frees the values that did not apply. Fields are swapped, not
+ * copied: strings of restart keys keep their addresses (whatever points into the running
+ * config stays valid). Rows that share a field are handled once; OVERRIDE and ACCEPTED
+ * rows own no field. 0, or -EINVAL when a restart CUSTOM row has no size (not swapped).
+ * Derived fields outside the table are the caller's. */
+int cfgtab_keep_restart(const struct cfgtab *t, void *next, void *old);
+
+/* The check of a log level ("DEBUG", "INFO", "WARNING"/"WARN", "ERROR", any case), kept
+ * in the canonical upper-case spelling. */
+const char *cfgtab_check_log_level(const char **s, char *buf, size_t cap);
+
 /* The docs' table of the keys (not the derived values), markdown, one row per key:
  * key, type, default, reload (live/restart), meaning. Appended to sb. */
 void cfgtab_markdown(const struct cfgtab *t, struct strbuf *sb);

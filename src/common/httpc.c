@@ -987,6 +987,46 @@ static struct tls_entry *tls_entry_get(struct httpc *n, const struct httpc_tls *
     return e;
 }
 
+int httpc_tls_reload(struct httpc *n)
+{
+    int failed = 0;
+    struct list_head *pos;
+    list_for_each(pos, &n->tls)
+    {
+        struct tls_entry *e = list_entry(pos, struct tls_entry, link);
+        struct tls_config tc = {
+            .cert_file = e->cert_file,
+            .key_file = e->key_file,
+            .key_password = e->key_password,
+            .ca_file = e->ca_file,
+            .crl_file = e->crl_file,
+            .min_version = e->min_version,
+            .ciphers = e->ciphers,
+            .ciphersuites = e->ciphersuites,
+            .insecure = e->insecure,
+        };
+        char err[256] = "";
+        struct tls_ctx *ctx = tls_ctx_new_client(&tc, err, sizeof(err));
+        if (!ctx) {
+            failed++;
+            log_warn("tls_client_context_failed", LF_STR("cert_file", e->cert_file),
+                     LF_STR("error", err));
+            continue;
+        }
+        /* Connections made from the old context hold a reference to it. */
+        tls_ctx_unref(e->ctx);
+        e->ctx = ctx;
+    }
+    /* Sessions belong to the contexts they were made with: new connections start fresh. */
+    list_for_each(pos, &n->pools)
+    {
+        struct npool *p = list_entry(pos, struct npool, link);
+        tls_session_free(p->session);
+        p->session = NULL;
+    }
+    return failed;
+}
+
 static struct npool *pool_get(struct httpc *n, const struct http1_url *u, struct tls_entry *tls)
 {
     struct list_head *pos;

@@ -102,6 +102,12 @@ struct httpc_req *httpc_get(struct httpc *c, const char *url, int64_t timeout_ms
 struct httpc_req *httpc_post_json(struct httpc *c, const char *url, const json_t *body,
                                   int64_t timeout_ms, httpc_done_cb done, void *arg);
 
+/* Certificate reload: every TLS context this client built is built again from its
+ * settings (the files are read again), for connections opened from now on; open and
+ * idle pooled connections keep theirs. Returns how many could not be rebuilt (logged;
+ * those keep the old context). */
+int httpc_tls_reload(struct httpc *c);
+
 /* Requests in flight. */
 size_t httpc_active(const struct httpc *c);
 

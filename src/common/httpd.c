@@ -573,6 +573,14 @@ void httpd_set_min_rate(struct httpd *h, unsigned bytes_per_s)
     h->min_rate = bytes_per_s ? bytes_per_s : HTTPD_MIN_RATE;
 }
 
+void httpd_set_api_key(struct httpd *h, const char *key)
+{
+    if (h->api_key)
+        explicit_bzero(h->api_key, strlen(h->api_key));
+    free(h->api_key);
+    h->api_key = key ? xstrdup(key) : NULL;
+}
+
 uint16_t httpd_port(const struct httpd *h)
 {
     return h->port;

@@ -114,6 +114,10 @@ bool httpd_is_tls(const struct httpd *h);
  * cannot change between plain and TLS). */
 int httpd_tls_reload(struct httpd *h, const struct httpd_config *cfg);
 
+/* Replace the API key of HTTPD_ROUTE_AUTH routes (copied; NULL disables the check) for
+ * the requests that arrive from now on. */
+void httpd_set_api_key(struct httpd *h, const char *key);
+
 /* Register a route. method: "GET", "POST", ... ; pattern: an absolute path whose
  * segments may be "{name}" parameters, e.g. "/node-manager/engines/{id}/logs".
  * The first matching route wins; a GET route also answers HEAD. Segments match

@@ -70,6 +70,11 @@ static void metrics_setup(struct ctl *c)
     m->coord_restarts =
         metrics_counter_new(m->reg, "motor_controller_coordinator_restarts_total",
                             "Coordinator restarts detected by a changed boot id (full set sent).");
+    struct metrics_family *rl =
+        metrics_counter_family(m->reg, "motor_controller_config_reloads_total",
+                               "Configuration reloads, by result.", "result");
+    m->reloads_ok = metrics_counter_labels(rl, "result", "ok");
+    m->reloads_failed = metrics_counter_labels(rl, "result", "invalid");
 }
 
 /* ---- arguments, configuration, signals -------------------------------------------------- */
@@ -88,7 +93,9 @@ static void usage(FILE *out)
             "  --port N           API port (default 1026; 0 = ephemeral)\n"
             "  --log-level LEVEL  debug, info, warn, error (default info)\n"
             "  -h, --help         this text\n\n"
-            "The bound port is logged as {\"event\":\"controller_listening\",...}.\n");
+            "The bound port is logged as {\"event\":\"controller_listening\",...}. SIGHUP, or a\n"
+            "change of the file (or of its TLS files), reloads the configuration: live keys\n"
+            "apply at once, restart keys are named and keep their running values.\n");
 }
 
 struct cli_args {
@@ -113,24 +120,30 @@ static int parse_args(int argc, char **argv, struct cli_args *a)
     return cliopt_parse("motor controller", argc, argv, opts, usage);
 }
 
-static void apply_config(void *cfg, json_t *root, struct cfg_errors *e)
-{
-    ctlcfg_apply(cfg, root, e);
-}
-
 static int load_config(struct ctl *c, const struct cli_args *a)
 {
-    ctlcfg_init(&c->cfg);
     const char *path = cliopt_config_path(a->config);
-    int rc = cliopt_load_config("motor controller", path, "", apply_config, &c->cfg);
-    if (rc)
-        return rc;
-    if (a->host) {
-        free(c->cfg.host);
-        c->cfg.host = xstrdup(a->host);
+    c->cli.config = path ? xstrdup(path) : NULL;
+    c->cli.host = a->host ? xstrdup(a->host) : NULL;
+    c->cli.port = a->port;
+    c->cli.log_level_pinned = a->log_level != NULL;
+    struct cfg_errors e;
+    cfg_errors_init(&e, "");
+    int rc = ctl_config_read(&c->cli, &c->cfg, &e);
+    if (rc) {
+        int n = cfg_errors_count(&e);
+        log_error("config_invalid", LF_STR("path", path), LF_STR("errors", cfg_errors_text(&e)));
+        fprintf(stderr, "motor controller: invalid configuration %s (%d error%s):\n%s",
+                path ? path : "", n, n == 1 ? "" : "s", cfg_errors_text(&e));
+        cfg_errors_release(&e);
+        return -EINVAL;
     }
-    if (a->port >= 0)
-        c->cfg.port = a->port;
+    cfg_errors_release(&e);
+    if (!c->cli.log_level_pinned) {
+        enum log_level lvl;
+        if (log_parse_level(c->cfg.log_level, &lvl) == 0)
+            log_set_level(lvl);
+    }
     if (a->check)
         return ctlcfg_print_check(&c->cfg, path) == 0 ? 1 : -EIO;
     log_info("config_loaded", LF_STR("path", path), LF_STR("host", c->cfg.host),
@@ -149,24 +162,13 @@ static void on_signal(struct reactor *r, int signo, void *arg)
 {
     struct ctl *c = arg;
     if (signo == SIGHUP) {
-        log_info("signal_ignored", LF_INT("signal", signo));
+        log_info("config_reload_signal");
+        ctl_reload_now(c, "SIGHUP");
         return;
     }
     log_info("controller_stopping", LF_INT("signal", signo));
     c->stopping = true;
     reactor_stop(r);
-}
-
-static void tls_setup(struct ctl *c)
-{
-    struct ctlcfg_tls *t = &c->cfg.tls;
-    if (!t->enable)
-        return;
-    c->use_tls = true;
-    c->tls.ca_file = t->ca_file && *t->ca_file ? t->ca_file : NULL;
-    c->tls.cert_file = t->cert_file;
-    c->tls.key_file = t->key_file;
-    c->tls.key_password = t->key_password;
 }
 
 static const char *const quiet_paths[] = {
@@ -199,15 +201,18 @@ int controller_main(int argc, char **argv)
     reactor_timer_init(&c->strat_timer, on_strat_timer, c);
     reactor_timer_init(&c->strat_kick, on_strat_timer, c);
     reactor_timer_init(&c->load_retry, ctl_leader_on_load_retry, c);
+    reactor_timer_init(&c->daemon_timer, ctl_daemon_tick, c);
     int lrc = load_config(c, &a);
     if (lrc != 0) {
         ctlcfg_release(&c->cfg);
+        free(c->cli.config);
+        free(c->cli.host);
         free(c);
         return lrc == 1 ? 0 : 1;
     }
     c->start_wall_ms = util_wall_ms();
     c->next_id = 1;
-    tls_setup(c);
+    ctl_tls_settings(c);
     metrics_setup(c);
     ctl_push_init(c);
     c->r = reactor_new();
@@ -263,6 +268,7 @@ int controller_main(int argc, char **argv)
     log_info("controller_listening", LF_STR("host", c->cfg.host), LF_INT("port", c->port),
              LF_INT("pid", getpid()), LF_STR("store", ctlcfg_store_name(c->cfg.store)),
              LF_STR("owner", c->owner));
+    ctl_reload_init(c);
     ctl_leader_campaign(c);
 
     int rc = reactor_run(c->r);
@@ -282,6 +288,7 @@ out:
         reactor_timer_stop(c->r, &c->strat_timer);
         reactor_timer_stop(c->r, &c->strat_kick);
         reactor_timer_stop(c->r, &c->load_retry);
+        ctl_reload_free(c);
         ctl_push_stop(c);
     }
     ctl_obs_free(c);
@@ -297,6 +304,8 @@ out:
     metrics_registry_free(c->m.reg);
     free(c->owner);
     ctlcfg_release(&c->cfg);
+    free(c->cli.config);
+    free(c->cli.host);
     free(c);
     log_info("controller_stopped", LF_INT("exit_code", exit_code));
     return exit_code;

@@ -70,13 +70,15 @@ static const char *http_url(const char **s, char *buf, size_t cap)
 
 #define TOFF(f) offsetof(struct ctlcfg_tls, f)
 
+/* A reload reads the files again (new connections get the new certificate); switching
+ * between plain and TLS takes a restart. */
 static const struct cfgtab_row tls_rows[] = {
-    {"enable_tls", CFGTAB_BOOL, TOFF(enable), .doc = "turns it on"},
+    {"enable_tls", CFGTAB_BOOL, TOFF(enable), .flags = CFGTAB_RESTART, .doc = "turns it on"},
     {"ca_file", CFGTAB_STRING, TOFF(ca_file), .doc = "must be readable when set"},
     {"cert_file", CFGTAB_STRING, TOFF(cert_file), .doc = "required and readable with TLS"},
     {"key_file", CFGTAB_STRING, TOFF(key_file), .doc = "required and readable with TLS"},
     {"passwd_file", CFGTAB_CUSTOM, TOFF(key_password), .flags = CFGTAB_SECRET, .ops = &passwd_ops,
-     .dump = "key_password_loaded", .type_doc = "string",
+     .size = sizeof(char *), .dump = "key_password_loaded", .type_doc = "string",
      .doc = "the key's password, read when the file is readable"},
 };
 static const struct cfgtab tls_table = CFGTAB_TABLE("tls", tls_rows, NULL);
@@ -230,16 +232,22 @@ static const struct cfgtab_row coord_key_rows[] = {
     {"api_key_file", CFGTAB_STRING, OFF(coordinator_key_file),
      .doc = "the key: the file's first line (read when enabled)"},
     {"key_loaded", CFGTAB_CUSTOM, OFF(coordinator_key), .flags = CFGTAB_DERIVED | CFGTAB_SECRET,
-     .ops = &cfgtab_ops_loaded},
+     .ops = &cfgtab_ops_loaded, .size = sizeof(char *)},
 };
 
 static const struct cfgtab_row rows[] = {
+    {"daemon_loop_interval", CFGTAB_MS, OFF(daemon_loop_ms), .flags = L, .min = 0.05, .max = 3600,
+     .def_d = 5,
+     .doc = "period of the daemon loop's housekeeping (store backlog, stale stop records)"},
+    {"logging_config.log_level", CFGTAB_STRING, OFF(log_level), .flags = L, .def_s = "INFO",
+     .check = cfgtab_check_log_level, .type_doc = "DEBUG, INFO, WARNING, ERROR (any case)",
+     .doc = "the controller's log level (`--log-level` wins)"},
     {"api_config", CFGTAB_GROUP, 0, .flags = CFGTAB_OBJECT, .sub = SUB(api_rows)},
     {"observability_config.observability_enable", CFGTAB_BOOL, OFF(obs_enable),
      .doc = "serve `/observability/{alarms,inventory,metrics}` on the observability port"},
     {"observability_config.metrics_ttl", CFGTAB_DOUBLE, 0, .flags = CFGTAB_ACCEPTED, .min = 0,
      .max = 86400},
-    {"mgmt_tls_config", CFGTAB_GROUP, OFF(tls), .flags = CFGTAB_OBJECT, .sub = &tls_table,
+    {"mgmt_tls_config", CFGTAB_GROUP, OFF(tls), .flags = L | CFGTAB_OBJECT, .sub = &tls_table,
      .doc = "HTTPS on the API (a `ca_file` makes it mutual TLS) and client TLS towards node "
             "managers, the coordinator and `https://` etcd endpoints"},
     {"instance_config", CFGTAB_GROUP, 0, .flags = L | CFGTAB_OBJECT, .sub = SUB(instance_rows)},
@@ -250,7 +258,7 @@ static const struct cfgtab_row rows[] = {
     {"store_config", CFGTAB_GROUP, 0, .flags = CFGTAB_OBJECT, .sub = SUB(store_rows)},
     /* The deploy block's TLS overrides the controller block's (same keys, not dumped). */
     {"tls_config.mgmt_tls_config", CFGTAB_GROUP, OFF(tls), .src = SRC_DEPLOY,
-     .flags = CFGTAB_OBJECT | CFGTAB_OVERRIDE, .sub = &tls_table,
+     .flags = L | CFGTAB_OBJECT | CFGTAB_OVERRIDE, .sub = &tls_table,
      .doc = "overrides `mgmt_tls_config`"},
     {"api_config", CFGTAB_GROUP, 0, .src = SRC_COORD, .flags = L | CFGTAB_OBJECT,
      .sub = SUB(coord_api_rows), .dump = "motor_coordinator_config.api_config"},

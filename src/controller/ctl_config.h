@@ -13,6 +13,7 @@
  * problems are collected in one pass.
  *
  * Keys (defaults in brackets):
+ *   daemon_loop_interval [5], logging_config.log_level [INFO]
  *   api_config.controller_api_host [$POD_IP or 127.0.0.1], controller_api_port [1026;
  *     0 = ephemeral], controller_api_dns (accepted), observability_api_port [1027;
  *     0 = ephemeral]
@@ -54,7 +55,10 @@
  *     mgmt_api_key_config.{enable_api_key, api_key_file}: the key sent as
  *     X-Motor-Management-Key on pushes.
  *
- * Not thread-safe; loaded once in main, then read-only. */
+ * Every key is live (a hot reload applies it: ctl_reload.c) or takes a restart, as its
+ * row says; docs/controller.md's table lists which.
+ *
+ * Not thread-safe; the reactor thread owns it (loaded in main, replaced on reload). */
 #ifndef MOTOR_CTL_CONFIG_H
 #define MOTOR_CTL_CONFIG_H
 
@@ -76,6 +80,8 @@ struct ctlcfg_tls {
 };
 
 struct ctlcfg {
+    int64_t daemon_loop_ms; /* daemon_loop_interval (seed 002) */
+    char *log_level;        /* logging_config.log_level, canonical upper case */
     /* api_config */
     char *host;
     int port;

@@ -15,6 +15,7 @@
 #include "controller/ctl_inst.h"
 #include "controller/store.h"
 
+#include "common/cfgwatch.h"
 #include "common/list.h"
 #include "common/httpc.h"
 #include "common/httpd.h"
@@ -64,10 +65,22 @@ struct ctl_metrics {
     struct metrics_family *transitions; /* to */
     struct metrics_counter *isolation_suppressed;
     struct metrics_counter *coord_restarts; /* coordinator restarts seen by boot id */
+    struct metrics_counter *reloads_ok, *reloads_failed;
+};
+
+/* What the command line set: kept for reloads, which apply it again over the file. */
+struct ctl_cli {
+    char *config;          /* the file read (NULL: none, defaults only) */
+    char *host;            /* --host (NULL: the file's) */
+    int port;              /* --port (-1: the file's) */
+    bool log_level_pinned; /* --log-level given: the file's level is not applied */
 };
 
 struct ctl {
     struct ctlcfg cfg;
+    struct ctl_cli cli;
+    struct cfgwatch *watch;            /* config and TLS files (ctl_reload.c) */
+    struct reactor_timer daemon_timer; /* daemon_loop_interval */
     struct reactor *r;
     struct httpd *httpd;
     struct httpc *hc;
@@ -180,6 +193,21 @@ void ctl_start_send(struct ctl *c, struct ctl_inst *in);
 /* Timer: start-command retries. */
 void ctl_start_on_timer(struct reactor *r, void *arg);
 
+/* ---- ctl_reload.c: hot reload ---------------------------------------------------------- */
+/* The watch on the config file and the TLS files (common/cfgwatch.h). */
+void ctl_reload_init(struct ctl *c);
+void ctl_reload_free(struct ctl *c);
+/* Reload now (SIGHUP, the watch): 0 when applied or unchanged, -EINVAL when the file is
+ * invalid (the running configuration stays, the errors are logged). */
+int ctl_reload_now(struct ctl *c, const char *why);
+/* Read the configuration (path NULL: defaults) and apply the command line's overrides.
+ * 0, or -EINVAL with every error in errs. */
+int ctl_config_read(const struct ctl_cli *cli, struct ctlcfg *out, struct cfg_errors *errs);
+/* The TLS settings of the API and the clients from the configuration (start, reload). */
+void ctl_tls_settings(struct ctl *c);
+/* The daemon loop (daemon_loop_interval): housekeeping. */
+void ctl_daemon_tick(struct reactor *r, void *arg);
+
 /* ---- ctl_api.c -------------------------------------------------------------------- */
 void ctl_api_register_routes(struct ctl *c);
 
@@ -226,6 +254,9 @@ ssize_t ctl_nm_by_key(const struct ctl_inst *in, const char *key);
 void ctl_push_init(struct ctl *c);
 void ctl_push_start(struct ctl *c); /* timers, initial full set */
 void ctl_push_stop(struct ctl *c);
+/* The push settings were reloaded: timers at their new periods, started or stopped with
+ * coordinator_push; target_changed (address, port or key): a full set to the new one. */
+void ctl_push_reconfigure(struct ctl *c, bool target_changed);
 /* Bring the coordinator's view of `in` in line with what it should see. */
 void ctl_push_reconcile(struct ctl *c, struct ctl_inst *in);
 /* The instance is being removed: withdraw it (del) if the coordinator has it. */

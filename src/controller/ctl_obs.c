@@ -233,6 +233,12 @@ int ctl_obs_listen(struct ctl *c)
     return 0;
 }
 
+void ctl_obs_reload_tls(struct ctl *c, const struct httpd_config *tls)
+{
+    if (c->obs && c->obs->httpd && httpd_is_tls(c->obs->httpd))
+        (void)httpd_tls_reload(c->obs->httpd, tls);
+}
+
 void ctl_obs_free(struct ctl *c)
 {
     if (!c->obs)

@@ -28,6 +28,9 @@ struct httpd_req;
 void ctl_obs_register_routes(struct ctl *c);
 /* Start the observability listener when enabled. 0, or -errno (logged). */
 int ctl_obs_listen(struct ctl *c);
+/* Certificate reload of the observability listener (when it runs with TLS). */
+struct httpd_config;
+void ctl_obs_reload_tls(struct ctl *c, const struct httpd_config *tls);
 /* Stop the listener and drop every alarm. NULL-safe members. */
 void ctl_obs_free(struct ctl *c);
 

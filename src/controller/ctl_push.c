@@ -65,6 +65,32 @@ void ctl_push_start(struct ctl *c)
     ctl_push_full_set(c);
 }
 
+void ctl_push_reconfigure(struct ctl *c, bool target_changed)
+{
+    if (!c->leader || !c->loaded)
+        return; /* go_live starts the push with whatever the configuration is then */
+    if (!enabled(c)) {
+        reactor_timer_stop(c->r, &c->coord_hb_timer);
+        reactor_timer_stop(c->r, &c->coord_sync_timer);
+        return;
+    }
+    bool was_on = reactor_timer_active(&c->coord_hb_timer);
+    reactor_timer_start(c->r, &c->coord_hb_timer, c->cfg.coordinator_hb_ms,
+                        c->cfg.coordinator_hb_ms);
+    if (c->cfg.coordinator_sync_ms > 0)
+        reactor_timer_start(c->r, &c->coord_sync_timer, c->cfg.coordinator_sync_ms,
+                            c->cfg.coordinator_sync_ms);
+    else
+        reactor_timer_stop(c->r, &c->coord_sync_timer);
+    if (!was_on || target_changed) {
+        /* Another coordinator (or pushing again): its view is unknown, replace it. */
+        free(c->coord_boot_id);
+        c->coord_boot_id = NULL;
+        c->coord_lost = 0;
+        ctl_push_full_set(c);
+    }
+}
+
 void ctl_push_stop(struct ctl *c)
 {
     free(c->coord_boot_id);

@@ -4,12 +4,13 @@
  *   sqlite  one file in WAL mode (table kv(key PRIMARY KEY, value)); leadership is an
  *           exclusive flock on "<path>.lock", so two controllers sharing a file (one
  *           host) elect one leader; the lock dies with its process.
- *   etcd    etcd v3 through its 3.4 JSON gateway over httpc (base64 keys and values,
- *           /v3/kv/range|deleterange|txn, /v3/lease/grant|keepalive|revoke). Keys live
- *           under `prefix`. Leadership: a lease of lease_ttl_s seconds kept alive every
- *           ttl/3, and a transaction creating "<prefix>leader" bound to it only if it
- *           does not exist. Every write is a transaction guarded by "the leader key still
- *           holds our owner id", so a deposed leader cannot overwrite its successor.
+ *   etcd    etcd v3 through its 3.4 JSON gateway (common/etcd.h: base64 keys and
+ *           values, /v3/kv/range|deleterange|txn, /v3/lease/grant|keepalive|revoke). Keys
+ *           live under `prefix`. Leadership: the shared lease lock (common/etcd.h) on
+ *           "<prefix>leader" — a lease of lease_ttl_s seconds kept alive every ttl/3,
+ *           and a transaction creating the key bound to it only if it does not exist.
+ *           Every write is a transaction guarded by "the leader key still holds our
+ *           owner id", so a deposed leader cannot overwrite its successor.
  *   memory  nothing persists (benchmarks, tests); always leader.
  *
  * Keys given to the interface are relative (e.g. "instances/3"); values are text.
@@ -100,10 +101,5 @@ size_t store_pending(const struct store *st);
 size_t store_flush(struct store *st, int64_t timeout_ms);
 
 void store_get_stats(const struct store *st, struct store_stats *out);
-
-/* Base64 (RFC 4648, padded) helpers, exposed for tests. decode returns NULL on
- * malformed input; *out_len gets the decoded length. Heap strings. */
-char *store_b64_encode(const void *data, size_t len);
-char *store_b64_decode(const char *s, size_t *out_len);
 
 #endif

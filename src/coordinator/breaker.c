@@ -13,6 +13,23 @@ void brk_init(struct brk *b, const struct brk_params *p)
     b->cur_open_ms = b->p.open_ms;
 }
 
+void brk_set_params(struct brk *b, const struct brk_params *p)
+{
+    b->p = *p;
+    if (b->p.threshold < 1)
+        b->p.threshold = 1;
+    if (b->p.max_open_ms < b->p.open_ms)
+        b->p.max_open_ms = b->p.open_ms;
+    /* Closed: the next trip starts from the new base. Open: the period running now ends
+     * when it was going to; the next one follows the new bounds. */
+    if (b->state == BRK_CLOSED)
+        b->cur_open_ms = b->p.open_ms;
+    else if (b->cur_open_ms < b->p.open_ms)
+        b->cur_open_ms = b->p.open_ms;
+    else if (b->cur_open_ms > b->p.max_open_ms)
+        b->cur_open_ms = b->p.max_open_ms;
+}
+
 enum brk_state brk_state_at(const struct brk *b, int64_t now_ms)
 {
     if (b->state == BRK_OPEN && now_ms >= b->open_until)

@@ -34,6 +34,9 @@ struct brk {
 };
 
 void brk_init(struct brk *b, const struct brk_params *p);
+/* New parameters (hot reload): the state is kept; a closed breaker's next open period
+ * starts from the new base, an open one finishes its current period. */
+void brk_set_params(struct brk *b, const struct brk_params *p);
 /* Would a request be admitted now? (no state change) */
 bool brk_peek(const struct brk *b, int64_t now_ms);
 /* Admit a request: true when closed, or when this call claims the half-open trial

@@ -6,6 +6,7 @@
 #include "common/util.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,38 +41,40 @@ static json_t *transport_retry_dump(const struct cfgtab_row *r, const void *base
 }
 static const struct cfgtab_ops transport_retry_ops = {.dump = transport_retry_dump};
 
-/* TLS of one server (motor_deploy_config.tls_config.<name>): read only when it is an
- * object, and its files only when enabled; the password file is read here. */
-static void tls_parse(const struct cfgtab_row *r, void *base, json_t *blk, const char *path,
-                      struct cfgtab_ctx *ctx)
+/* TLS of one server (motor_deploy_config.tls_config.<name>), one row per key: a reload
+ * reads the files again (new connections get the new certificate), switching between
+ * plain and TLS takes a restart. The shape shown is the one it always had: only
+ * enable_tls while off. */
+static void passwd_parse(const struct cfgtab_row *r, void *base, json_t *v, const char *path,
+                         struct cfgtab_ctx *ctx)
 {
-    struct ccfg_tls *t = (struct ccfg_tls *)((char *)base + r->off);
-    struct cfg_errors *e = ctx->errs;
-    if (!json_is_object(blk))
+    struct ccfg_tls *t = base;
+    const char *pw;
+    /* enable_tls comes first in the block: a password file of TLS that is off is not read. */
+    if (!cfg_read_string(v, path, &pw, ctx->errs) || !*pw || !t->enable)
         return;
-    const char *name = strrchr(path, '.') ? strrchr(path, '.') + 1 : path;
-    char where[64];
-    snprintf(where, sizeof(where), "%s.enable_tls", name);
-    t->enable = cfg_get_bool(blk, "enable_tls", false, e);
-    if (!t->enable)
-        return;
-    const char *cert = cfg_get_string(blk, "cert_file", NULL, e);
-    const char *key = cfg_get_string(blk, "key_file", NULL, e);
-    const char *ca = cfg_get_string(blk, "ca_file", NULL, e);
-    const char *pw = cfg_get_string(blk, "passwd_file", NULL, e);
-    if (!cert || !key) {
-        cfg_error(e, where, "TLS enabled but cert_file/key_file missing");
+    char *secret = NULL;
+    int rc = cfg_read_secret(pw, &secret);
+    if (rc < 0) {
+        cfg_error(ctx->errs, path, "cannot read %s: %s", pw, strerror(-rc));
         return;
     }
-    t->cert_file = xstrdup(cert);
-    t->key_file = xstrdup(key);
-    t->ca_file = ca && *ca ? xstrdup(ca) : NULL;
-    if (pw && *pw) {
-        int rc = cfg_read_secret(pw, &t->key_password);
-        if (rc < 0)
-            cfg_error(e, "passwd_file", "cannot read %s: %s", pw, strerror(-rc));
-    }
+    cfgtab_ops_loaded.release(r, base);
+    t->key_password = secret;
 }
+
+static json_t *passwd_dump(const struct cfgtab_row *r, const void *base)
+{
+    return cfgtab_ops_loaded.dump(r, base);
+}
+
+static void passwd_release(const struct cfgtab_row *r, void *base)
+{
+    cfgtab_ops_loaded.release(r, base);
+}
+
+static const struct cfgtab_ops passwd_ops = {
+    .parse = passwd_parse, .dump = passwd_dump, .release = passwd_release};
 
 static json_t *tls_dump(const struct cfgtab_row *r, const void *base)
 {
@@ -86,26 +89,38 @@ static json_t *tls_dump(const struct cfgtab_row *r, const void *base)
     return o;
 }
 
-static void tls_release(const struct cfgtab_row *r, void *base)
-{
-    struct ccfg_tls *t = (struct ccfg_tls *)((char *)base + r->off);
-    char *files[] = {t->cert_file, t->key_file, t->ca_file};
-    for (size_t i = 0; i < ARRAY_LEN(files); i++)
-        free(files[i]);
-    /* The password is a secret: wiped, not only freed. */
-    const struct cfgtab_row pw = {.off = offsetof(struct ccfg_tls, key_password)};
-    cfgtab_ops_loaded.release(&pw, t);
-    memset(t, 0, sizeof(*t));
-}
+static const struct cfgtab_ops tls_ops = {.dump = tls_dump};
 
-static const struct cfgtab_ops tls_ops = {
-    .parse = tls_parse, .dump = tls_dump, .release = tls_release};
+#define TOFF(f) offsetof(struct ccfg_tls, f)
+
+static const struct cfgtab_row tls_rows[] = {
+    {"enable_tls", CFGTAB_BOOL, TOFF(enable), .flags = CFGTAB_RESTART, .doc = "turns it on"},
+    {"cert_file", CFGTAB_STRING, TOFF(cert_file), .doc = "required with TLS"},
+    {"key_file", CFGTAB_STRING, TOFF(key_file), .doc = "required with TLS"},
+    {"ca_file", CFGTAB_STRING, TOFF(ca_file), .check = skip_empty,
+     .doc = "requires client certificates (mutual TLS)"},
+    {"passwd_file", CFGTAB_CUSTOM, TOFF(key_password), .flags = CFGTAB_SECRET, .ops = &passwd_ops,
+     .size = sizeof(char *), .dump = "key_password_loaded", .type_doc = "string",
+     .doc = "the key's password: the file's first line"},
+};
+static const struct cfgtab tls_table = CFGTAB_TABLE("tls", tls_rows, NULL);
+
+static const char *http_url(const char **s, char *buf, size_t cap)
+{
+    if (strncmp(*s, "http://", 7) == 0 || strncmp(*s, "https://", 8) == 0)
+        return NULL;
+    snprintf(buf, cap, "\"%.160s\" must start with http:// or https://", *s);
+    return buf;
+}
 
 #define OFF(f) offsetof(struct ccfg, f)
 #define L CFGTAB_LIVE
 #define M CFGTAB_MOTOR
 
 static const struct cfgtab_row rows[] = {
+    {"logging_config.log_level", CFGTAB_STRING, OFF(log_level), .flags = L, .def_s = "INFO",
+     .check = cfgtab_check_log_level, .type_doc = "DEBUG, INFO, WARNING, ERROR (any case)",
+     .doc = "the coordinator's log level (`--log-level` wins)"},
     {"api_config.coordinator_api_host", CFGTAB_STRING, OFF(host), .env = "POD_IP",
      .def_s = "127.0.0.1", .check = skip_empty,
      .doc = "bind address of both ports (\"\" = the default)"},
@@ -165,17 +180,45 @@ static const struct cfgtab_row rows[] = {
     {"mgmt_api_key_config.api_key_file", CFGTAB_STRING, OFF(mgmt_key_file),
      .flags = L | CFGTAB_NODUMP, .doc = "the key: the file's first line (required when enabled)"},
     {"mgmt_api_key_config.key_loaded", CFGTAB_CUSTOM, OFF(mgmt_key),
-     .flags = L | CFGTAB_DERIVED | CFGTAB_SECRET, .ops = &cfgtab_ops_loaded},
+     .flags = L | CFGTAB_DERIVED | CFGTAB_SECRET, .ops = &cfgtab_ops_loaded,
+     .size = sizeof(char *)},
     {"inference_workers_config.num_workers", CFGTAB_INT, OFF(workers), .flags = M, .min = 0,
      .max = 256, .def_doc = "CPU count",
      .doc = "inference worker threads (0 = CPU count; `--workers`)"},
-    {"tls_config.infer_tls_config", CFGTAB_CUSTOM, OFF(infer_tls), .flags = CFGTAB_QUIET,
-     .src = SRC_DEPLOY, .ops = &tls_ops, .def_doc = "off",
-     .type_doc = "object: `enable_tls`, `cert_file`, `key_file`, `ca_file`, `passwd_file`",
-     .doc = "TLS of the inference port (a `ca_file` requires client certificates)"},
-    {"tls_config.mgmt_tls_config", CFGTAB_CUSTOM, OFF(mgmt_tls), .flags = CFGTAB_QUIET,
-     .src = SRC_DEPLOY, .ops = &tls_ops, .def_doc = "off", .type_doc = "object, as above",
-     .doc = "TLS of the management port"},
+    {"standby_config.enable_master_standby", CFGTAB_BOOL, OFF(ha_enable),
+     .doc = "master/standby over etcd: one coordinator holds the lease and serves, the others "
+            "answer `/readiness` 503 `NOT_MASTER`"},
+    {"standby_config.master_standby_check_interval", CFGTAB_MS, OFF(ha_check_ms), .min = 0.05,
+     .max = 3600, .def_d = 5,
+     .doc = "the master renews its lease at least this often (and at TTL/3); standbys read the "
+            "instance table this often"},
+    {"standby_config.master_lock_ttl", CFGTAB_INT, OFF(ha_ttl_s), .min = 1, .max = 3600,
+     .def_i = 15, .doc = "the lease: a master that stops renewing is replaced after this"},
+    {"standby_config.master_lock_retry_interval", CFGTAB_MS, OFF(ha_retry_ms), .min = 0.05,
+     .max = 3600, .def_d = 5,
+     .doc = "a standby tries the lock at least this often (and when the holder's lease ends)"},
+    {"standby_config.master_lock_max_failures", CFGTAB_INT, OFF(ha_max_failures), .min = 1,
+     .max = 1000, .def_i = 3, .doc = "failed renewals in a row after which a master steps down"},
+    {"standby_config.master_lock_key", CFGTAB_STRING, OFF(ha_key), .flags = CFGTAB_NONEMPTY,
+     .def_s = "/master_lock",
+     .doc = "the lock's etcd key; the replicated instance table is `<key>/instances`"},
+    {"etcd_config.etcd_host", CFGTAB_STRING, OFF(etcd_host),
+     .def_s = "etcd.default.svc.cluster.local", .doc = "etcd, when `etcd_endpoints` is not given"},
+    {"etcd_config.etcd_port", CFGTAB_INT, OFF(etcd_port), .min = 1, .max = 65535, .def_i = 2379,
+     .doc = "with `etcd_host`"},
+    {"etcd_config.etcd_timeout", CFGTAB_MS, OFF(etcd_timeout_ms), .min = 0.1, .max = 600,
+     .def_d = 5, .doc = "etcd request timeout"},
+    {"etcd_config.etcd_endpoints", CFGTAB_STRLIST, OFF(etcd_endpoints), OFF(n_etcd_endpoints),
+     .flags = M | CFGTAB_ONE_OR_LIST, .check = http_url,
+     .def_doc = "`http://<etcd_host>:<etcd_port>`",
+     .doc = "etcd members (tried in turn); `https://` uses `mgmt_tls_config`'s files as the "
+            "client's"},
+    {"tls_config.infer_tls_config", CFGTAB_GROUP, OFF(infer_tls),
+     .flags = L | CFGTAB_OBJECT | CFGTAB_IFPRESENT, .src = SRC_DEPLOY, .sub = &tls_table,
+     .ops = &tls_ops, .doc = "TLS of the inference port"},
+    {"tls_config.mgmt_tls_config", CFGTAB_GROUP, OFF(mgmt_tls),
+     .flags = L | CFGTAB_OBJECT | CFGTAB_IFPRESENT, .src = SRC_DEPLOY, .sub = &tls_table,
+     .ops = &tls_ops, .doc = "TLS of the management port"},
 };
 
 const struct cfgtab ccfg_cfgtab = CFGTAB_TABLE("coordinator", rows, src_names);
@@ -232,6 +275,28 @@ static void read_key_file(struct ccfg *c, struct cfg_errors *e)
     free(text);
 }
 
+/* A TLS block's files are read only when it is on. */
+static void check_tls(struct ccfg_tls *t, const char *name, struct cfg_errors *e)
+{
+    if (!t->enable)
+        return;
+    if (!t->cert_file || !*t->cert_file || !t->key_file || !*t->key_file) {
+        char where[64];
+        snprintf(where, sizeof(where), "%s.enable_tls", name);
+        cfg_error(e, where, "TLS enabled but cert_file/key_file missing");
+        /* Nothing of an unusable block is kept (or shown). */
+        char **files[] = {&t->cert_file, &t->key_file, &t->ca_file};
+        for (size_t i = 0; i < ARRAY_LEN(files); i++) {
+            free(*files[i]);
+            *files[i] = NULL;
+        }
+        if (t->key_password)
+            explicit_bzero(t->key_password, strlen(t->key_password));
+        free(t->key_password);
+        t->key_password = NULL;
+    }
+}
+
 void ccfg_apply(struct ccfg *c, json_t *root, struct cfg_errors *e)
 {
     if (!root || !json_is_object(root))
@@ -255,6 +320,14 @@ void ccfg_apply(struct ccfg *c, json_t *root, struct cfg_errors *e)
                                                                  : CCFG_SCHED_LOAD_BALANCE;
     if (c->breaker_max_open_ms < c->breaker_open_ms)
         c->breaker_max_open_ms = c->breaker_open_ms;
+    check_tls(&c->infer_tls, "infer_tls_config", e);
+    check_tls(&c->mgmt_tls, "mgmt_tls_config", e);
+    if (c->n_etcd_endpoints == 0) {
+        free(c->etcd_endpoints); /* the empty default list */
+        c->etcd_endpoints = xcalloc(2, sizeof(char *));
+        c->etcd_endpoints[0] = xasprintf("http://%s:%d", c->etcd_host, c->etcd_port);
+        c->n_etcd_endpoints = 1;
+    }
     read_key_file(c, e);
     if (c->api_key_enable && c->n_api_keys == 0)
         cfg_error(e, "api_key_config",

@@ -7,7 +7,10 @@
  * all problems are collected in one pass through cfg_errors so an operator sees them at
  * once. Durations are kept in ms.
  *
- * Not thread-safe; loaded once in main before threads exist, then read-only. */
+ * Every key is live (a hot reload applies it: coord_reload.c) or takes a restart, as its
+ * row says. The management thread owns the struct (loaded in main before threads exist,
+ * replaced on reload); workers never read it: they read the settings snapshot
+ * (coord_settings.h) built from it. */
 #ifndef MOTOR_COORD_CONFIG_H
 #define MOTOR_COORD_CONFIG_H
 
@@ -21,14 +24,15 @@
 enum ccfg_scheduler { CCFG_SCHED_LOAD_BALANCE = 0, CCFG_SCHED_ROUND_ROBIN };
 
 struct ccfg_tls {
-    bool enable;
-    char *cert_file;
+    bool enable;     /* restart: a listener cannot switch between plain and TLS */
+    char *cert_file; /* live: a reload reads the files again */
     char *key_file;
     char *ca_file;
     char *key_password; /* read from passwd_file when set */
 };
 
 struct ccfg {
+    char *log_level; /* logging_config.log_level, canonical upper case */
     /* api_config */
     char *host;      /* coordinator_api_host ($POD_IP or 127.0.0.1) */
     int infer_port;  /* coordinator_api_infer_port (1025), 0 = ephemeral */
@@ -63,6 +67,19 @@ struct ccfg {
     char *mgmt_key_file; /* as configured */
     /* inference_workers_config */
     int workers; /* (motor) num_workers; 0 = number of online CPUs */
+    /* standby_config: master/standby over etcd (coord_ha.c) */
+    bool ha_enable;
+    int64_t ha_check_ms;
+    int ha_ttl_s;
+    int64_t ha_retry_ms;
+    int ha_max_failures;
+    char *ha_key;
+    /* etcd_config */
+    char *etcd_host;
+    int etcd_port;
+    int64_t etcd_timeout_ms;
+    char **etcd_endpoints; /* NULL-terminated; http://etcd_host:etcd_port when not given */
+    size_t n_etcd_endpoints;
     /* motor_deploy_config.tls_config */
     struct ccfg_tls infer_tls;
     struct ccfg_tls mgmt_tls;

@@ -10,6 +10,7 @@
 #ifndef MOTOR_COORD_INTERNAL_H
 #define MOTOR_COORD_INTERNAL_H
 
+#include "common/cfgwatch.h"
 #include "common/list.h"
 #include "common/httpc.h"
 #include "common/httpd.h"
@@ -17,6 +18,7 @@
 #include "common/reactor.h"
 #include "coordinator/balancer.h"
 #include "coordinator/coord_config.h"
+#include "coordinator/coord_settings.h"
 #include "coordinator/instances.h"
 #include "coordinator/reqfsm.h"
 
@@ -56,6 +58,9 @@ struct coord_metrics {
     struct metrics_histogram *e2e;
     struct metrics_gauge *inflight;
     struct metrics_counter *refreshes;
+    struct metrics_counter *reloads_ok, *reloads_failed;
+    struct metrics_counter *standby_refusals; /* inference requests a standby refused */
+    struct metrics_gauge *is_master;          /* 1 while this coordinator serves */
 };
 
 struct coord;
@@ -71,6 +76,13 @@ struct coord_worker {
     struct httpc *httpc;
     struct inst_snapshot *snap; /* this worker's cached reference */
     uint64_t snap_version;
+    struct csettings *set; /* this worker's cached settings (proxy_settings) */
+    uint64_t set_version;
+    /* Liveness for /readiness: the management thread posts a beat every second and the
+     * worker's loop stamps it (HEARTBEAT_STALE when it stops); exited once its reactor
+     * returned (DAEMON_EXITED unless the coordinator is stopping). */
+    _Atomic int64_t beat_ms;
+    atomic_bool exited;
     uint64_t seq;      /* request ids */
     char rid_prefix[32]; /* "motor-<boot>-<worker>-", formatted once (handle_infer) */
     size_t rid_prefix_len;
@@ -85,10 +97,22 @@ struct coord_worker {
 };
 
 struct mgmt_refresh; /* mgmt.c */
+struct coord_ha;     /* coord_ha.c */
+
+/* What the command line set: kept for reloads, which apply it again over the file. */
+struct coord_cli {
+    char *config;                 /* the file read (NULL: none) */
+    char *host;                   /* --host */
+    int port, mgmt_port, workers; /* -1: the file's */
+    bool log_level_pinned;
+};
 
 struct coord {
-    struct ccfg cfg;
-    enum bal_policy policy;
+    struct ccfg cfg; /* management thread only: workers read `settings` */
+    struct coord_cli cli;
+    struct csettings_pub settings; /* published for the workers (coord_settings.h) */
+    uint64_t settings_version;
+    struct cfgwatch *watch; /* config and TLS files (coord_reload.c) */
     struct inst_pub pub;
     atomic_uint rr[WIRE_ROLE_COUNT];
     struct coord_metrics m;
@@ -108,6 +132,14 @@ struct coord {
     struct coord_worker *workers;
     int n_workers;
     atomic_bool stopping;
+    struct reactor_timer beat_timer; /* workers' liveness beats */
+
+    /* master/standby (coord_ha.c). Workers read serve_until (CLOCK_MONOTONIC ms): they
+     * serve inference only before it — INT64_MAX without HA, the lease's sure end on a
+     * master, 0 on a standby — so a master frozen past its lease refuses the moment it
+     * runs again, before any timer of its own could step it down. */
+    struct coord_ha *ha;
+    _Atomic int64_t serve_until;
 };
 
 /* coordinator.c */
@@ -118,8 +150,51 @@ void coord_count_request(struct coord *c, const char *api, int code);
 void coord_count_leg(struct coord *c, enum wire_role role, int outcome);
 /* GET /metrics on either port. */
 void coord_handle_metrics(struct httpd_req *req, void *arg);
-/* {"status":"ok",...} probes, ready = something can be served. */
+/* Something can be served: routable instances of the roles a request needs. */
 bool coord_ready(struct inst_snapshot *s);
+/* The /readiness answer (status 200, or 503 with a reason: NOT_MASTER, SYNCING,
+ * HEARTBEAT_STALE, DAEMON_EXITED, SHUTTING_DOWN) for either port; s the caller's
+ * snapshot. New reference. Any thread. */
+json_t *coord_readiness(struct coord *c, struct inst_snapshot *s, bool mgmt, int *status);
+/* Whether this coordinator serves inference now (master or no HA). Any thread. */
+bool coord_serving(struct coord *c, int64_t now_ms);
+/* Inference on a standby: false after answering 503 (reason NOT_MASTER, counted);
+ * true when the request may go on. Worker thread. */
+bool coord_refuse_standby(struct coord *c, struct httpd_req *req, const char *api);
+
+/* coord_reload.c — on the management reactor. */
+/* Read the configuration (path NULL: defaults) with the command line's overrides. 0, or
+ * -EINVAL with every error in errs. */
+int coord_config_read(const struct coord_cli *cli, struct ccfg *out, struct cfg_errors *errs);
+/* Publish a settings snapshot of c->cfg for the workers. */
+void coord_publish_settings(struct coord *c);
+void coord_reload_init(struct coord *c);
+void coord_reload_free(struct coord *c);
+/* SIGHUP or the watch: 0 when applied or unchanged, -EINVAL when the file is invalid
+ * (the running configuration stays, the errors are logged). */
+int coord_reload_now(struct coord *c, const char *why);
+
+/* coord_ha.c — master/standby over etcd, on the management reactor. */
+/* Start (standby_config.enable_master_standby): campaign, replicate. Without it the
+ * coordinator serves as a single one. 0 or -errno (logged: no etcd endpoint). */
+int coord_ha_start(struct coord *c);
+/* The table changed (an accepted refresh): a master replicates it. */
+void coord_ha_table_changed(struct coord *c);
+/* A refresh reached a standby: false (answered 503 NOT_MASTER) or true to go on. */
+bool coord_ha_accepts_refresh(struct coord *c, struct httpd_req *req);
+/* On a standby, end the connection after this answer: a client kept alive on it (the
+ * controller through a Service, from when this one was master) reconnects, and the
+ * Service sends it to the master. */
+void coord_ha_standby_close(struct coord *c, struct httpd_req *req);
+/* The state for probes: "single", "standby", "syncing", "master"; holder = who holds the
+ * lock as last seen ("" unknown). */
+const char *coord_ha_role(struct coord *c, const char **holder);
+/* The state table, for its unit test: the state after event in state (names as logged),
+ * NULL when the table refuses it. */
+const char *coord_ha_next(const char *state, const char *event);
+/* Shutdown: a master gives the lock back (its standby takes over at once) and waits up
+ * to wait_ms for etcd to hear it; then everything is freed. */
+void coord_ha_stop(struct coord *c, int64_t wait_ms);
 
 /* mgmt.c — on the management reactor. */
 int mgmt_start(struct coord *c);
@@ -133,5 +208,7 @@ void proxy_register_routes(struct coord_worker *w);
 void proxy_worker_drain(void *arg);
 /* The worker's current snapshot (refreshed when a newer one was published). */
 struct inst_snapshot *proxy_snapshot(struct coord_worker *w);
+/* The worker's current settings (refreshed when newer ones were published). */
+struct csettings *proxy_settings(struct coord_worker *w);
 
 #endif

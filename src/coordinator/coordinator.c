@@ -66,6 +66,17 @@ static void metrics_setup(struct coord *c)
                                     "Inference requests in progress.");
     m->refreshes = metrics_counter_new(m->reg, "motor_coordinator_instance_refreshes_total",
                                        "Accepted POST /instances/refresh calls.");
+    struct metrics_family *rl =
+        metrics_counter_family(m->reg, "motor_coordinator_config_reloads_total",
+                               "Configuration reloads, by result.", "result");
+    m->reloads_ok = metrics_counter_labels(rl, "result", "ok");
+    m->reloads_failed = metrics_counter_labels(rl, "result", "invalid");
+    m->standby_refusals =
+        metrics_counter_new(m->reg, "motor_coordinator_standby_refusals_total",
+                            "Inference requests refused because this coordinator is a standby.");
+    m->is_master = metrics_gauge_new(m->reg, "motor_coordinator_master",
+                                     "1 while this coordinator serves (master, or no standby "
+                                     "configuration), 0 as a standby.");
     metrics_cache(c);
 }
 
@@ -184,6 +195,85 @@ bool coord_ready(struct inst_snapshot *s)
            s->n_routable[WIRE_ROLE_UNION] || s->n_routable[WIRE_ROLE_PREFILL];
 }
 
+/* A worker whose loop has not run the management thread's beat for this long is stuck. */
+#define COORD_WORKER_STALE_MS 5000
+
+bool coord_serving(struct coord *c, int64_t now_ms)
+{
+    return now_ms < atomic_load_explicit(&c->serve_until, memory_order_acquire);
+}
+
+json_t *coord_readiness(struct coord *c, struct inst_snapshot *s, bool mgmt, int *status)
+{
+    const char *holder = "";
+    const char *role = coord_ha_role(c, &holder);
+    const char *reason = NULL;
+    char message[160] = "Coordinator is ok";
+    int64_t now = util_mono_ms();
+    if (atomic_load(&c->stopping)) {
+        reason = "SHUTTING_DOWN";
+        snprintf(message, sizeof(message), "Coordinator is shutting down");
+    } else if (!coord_serving(c, now)) {
+        bool syncing = strcmp(role, "syncing") == 0;
+        reason = syncing ? "SYNCING" : "NOT_MASTER";
+        snprintf(message, sizeof(message), "%s",
+                 syncing ? "Coordinator is taking over: reading the instance table"
+                         : "Coordinator is a standby");
+    }
+    for (int i = 0; !reason && c->workers && i < c->n_workers; i++) {
+        struct coord_worker *w = &c->workers[i];
+        if (!w->started)
+            continue;
+        int64_t beat = atomic_load(&w->beat_ms);
+        if (atomic_load(&w->exited)) {
+            reason = "DAEMON_EXITED";
+            snprintf(message, sizeof(message), "inference worker %d exited", i);
+        } else if (beat && now - beat > COORD_WORKER_STALE_MS) {
+            reason = "HEARTBEAT_STALE";
+            snprintf(message, sizeof(message), "inference worker %d has not run for %lld ms", i,
+                     (long long)(now - beat));
+        }
+    }
+    json_t *j;
+    if (reason) {
+        *status = 503;
+        bool standby = strcmp(reason, "NOT_MASTER") == 0 || strcmp(reason, "SYNCING") == 0;
+        j = json_pack("{s:s, s:s, s:b, s:s}", "status", standby ? "standby" : "unavailable",
+                      "message", message, "ready", false, "reason", reason);
+    } else {
+        *status = 200;
+        j = json_pack("{s:s, s:s, s:b}", "status", "ok", "message", message, "ready",
+                      coord_ready(s));
+    }
+    /* Without master/standby the answer is what it always was. */
+    if (c->cfg.ha_enable) {
+        json_object_set_new(j, "role", json_string(role));
+        json_object_set_new(j, "master", json_string(holder));
+    }
+    if (mgmt) {
+        json_object_set_new(j, "boot_id", json_string(c->boot_id));
+        json_object_set_new(j, "started_at", json_real((double)c->start_wall_ms / 1000.0));
+    }
+    return j;
+}
+
+bool coord_refuse_standby(struct coord *c, struct httpd_req *req, const char *api)
+{
+    if (coord_serving(c, util_mono_ms()))
+        return true;
+    metrics_counter_inc(c->m.standby_refusals);
+    coord_count_request(c, api, 503);
+    httpd_add_header(req, "Retry-After", "1");
+    httpd_add_header(req, "Connection", "close"); /* a kept-alive client reconnects */
+    json_t *j =
+        json_pack("{s:{s:s, s:s, s:n, s:i, s:s}}", "error", "message",
+                  "this coordinator is a standby (NOT_MASTER): send inference to the "
+                  "master (the one whose /readiness answers 200)",
+                  "type", "ServiceUnavailable", "param", "code", 503, "reason", "NOT_MASTER");
+    httpd_respond_json(req, 503, j);
+    return false;
+}
+
 /* ---- arguments ---------------------------------------------------------------------- */
 
 static void usage(FILE *out)
@@ -229,34 +319,31 @@ static int parse_args(int argc, char **argv, struct cli_args *a)
     return cliopt_parse("motor coordinator", argc, argv, opts, usage);
 }
 
-static void apply_config(void *cfg, json_t *root, struct cfg_errors *e)
-{
-    ccfg_apply(cfg, root, e);
-}
-
 static int load_config(struct coord *c, const struct cli_args *a)
 {
-    ccfg_init(&c->cfg);
     const char *path = cliopt_config_path(a->config);
-    int rc = cliopt_load_config("motor coordinator", path, "motor_coordinator_config",
-                                apply_config, &c->cfg);
-    if (rc)
-        return rc;
-    if (a->host) {
-        free(c->cfg.host);
-        c->cfg.host = xstrdup(a->host);
+    c->cli.config = path ? xstrdup(path) : NULL;
+    c->cli.host = a->host ? xstrdup(a->host) : NULL;
+    c->cli.port = a->port;
+    c->cli.mgmt_port = a->mgmt_port;
+    c->cli.workers = a->workers;
+    c->cli.log_level_pinned = a->log_level != NULL;
+    struct cfg_errors e;
+    cfg_errors_init(&e, "motor_coordinator_config");
+    if (coord_config_read(&c->cli, &c->cfg, &e) < 0) {
+        int n = cfg_errors_count(&e);
+        log_error("config_invalid", LF_STR("path", path), LF_STR("errors", cfg_errors_text(&e)));
+        fprintf(stderr, "motor coordinator: invalid configuration %s (%d error%s):\n%s",
+                path ? path : "", n, n == 1 ? "" : "s", cfg_errors_text(&e));
+        cfg_errors_release(&e);
+        return -EINVAL;
     }
-    if (a->port >= 0)
-        c->cfg.infer_port = a->port;
-    if (a->mgmt_port >= 0)
-        c->cfg.mgmt_port = a->mgmt_port;
-    if (a->workers > 0)
-        c->cfg.workers = a->workers;
-    if (c->cfg.workers <= 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        c->cfg.workers = n > 0 ? (int)MOTOR_MIN(n, 64) : 1;
+    cfg_errors_release(&e);
+    if (!c->cli.log_level_pinned) {
+        enum log_level lvl;
+        if (log_parse_level(c->cfg.log_level, &lvl) == 0)
+            log_set_level(lvl);
     }
-    c->policy = c->cfg.scheduler == CCFG_SCHED_ROUND_ROBIN ? BAL_ROUND_ROBIN : BAL_LEAST_TOKENS;
     if (a->check) {
         json_t *j = ccfg_to_json(&c->cfg);
         json_object_set_new(j, "config_path", path && *path ? json_string(path) : json_null());
@@ -275,7 +362,8 @@ static int load_config(struct coord *c, const struct cli_args *a)
     log_info("config_loaded", LF_STR("path", path), LF_STR("host", c->cfg.host),
              LF_INT("infer_port", c->cfg.infer_port), LF_INT("mgmt_port", c->cfg.mgmt_port),
              LF_INT("workers", c->cfg.workers),
-             LF_STR("scheduler", c->policy == BAL_ROUND_ROBIN ? "round_robin" : "load_balance"),
+             LF_STR("scheduler",
+                    c->cfg.scheduler == CCFG_SCHED_ROUND_ROBIN ? "round_robin" : "load_balance"),
              LF_INT("max_retry", c->cfg.max_retry),
              LF_INT("first_token_timeout_ms", c->cfg.first_token_timeout_ms),
              LF_INT("infer_timeout_ms", c->cfg.infer_timeout_ms),
@@ -330,13 +418,32 @@ static void worker_destroy(struct coord_worker *w)
     w->httpc = NULL;
     inst_snapshot_unref(w->snap);
     w->snap = NULL;
+    csettings_unref(w->set);
+    w->set = NULL;
     reactor_free(w->r);
     w->r = NULL;
+}
+
+static void worker_beat(void *arg)
+{
+    struct coord_worker *w = arg;
+    atomic_store(&w->beat_ms, util_mono_ms());
+}
+
+/* Management thread: a beat to every worker (readiness: HEARTBEAT_STALE). */
+static void on_beat_timer(struct reactor *r, void *arg)
+{
+    (void)r;
+    struct coord *c = arg;
+    for (int i = 0; i < c->n_workers; i++)
+        if (c->workers[i].started && !atomic_load(&c->workers[i].exited))
+            reactor_post(c->workers[i].r, worker_beat, &c->workers[i]);
 }
 
 static void *worker_thread(void *arg)
 {
     struct coord_worker *w = arg;
+    worker_beat(w);
     int rc = reactor_run(w->r);
     if (rc < 0)
         log_error("worker_reactor_failed", LF_INT("worker", w->idx),
@@ -346,6 +453,9 @@ static void *worker_thread(void *arg)
     w->httpd = NULL;
     httpc_free(w->httpc);
     w->httpc = NULL;
+    atomic_store(&w->exited, true);
+    if (!atomic_load(&w->c->stopping))
+        log_error("worker_exited", LF_INT("worker", w->idx));
     return NULL;
 }
 
@@ -381,7 +491,8 @@ static void on_signal(struct reactor *r, int signo, void *arg)
 {
     struct coord *c = arg;
     if (signo == SIGHUP) {
-        log_info("signal_ignored", LF_INT("signal", signo));
+        log_info("config_reload_signal");
+        coord_reload_now(c, "SIGHUP");
         return;
     }
     log_info("coordinator_stopping", LF_INT("signal", signo));
@@ -407,15 +518,23 @@ int coordinator_main(int argc, char **argv)
 
     struct coord *c = xcalloc(1, sizeof(*c));
     int exit_code = 1;
+    reactor_timer_init(&c->beat_timer, on_beat_timer, c);
+    csettings_pub_init(&c->settings);
     int lrc = load_config(c, &a);
     if (lrc != 0) {
         /* < 0: invalid (every error printed); 1: --check-config printed the config. */
         ccfg_release(&c->cfg);
+        csettings_pub_release(&c->settings);
+        free(c->cli.config);
+        free(c->cli.host);
         free(c);
         return lrc < 0 ? 1 : 0;
     }
     c->start_wall_ms = util_wall_ms();
     make_boot_id(c);
+    /* Without master/standby this coordinator always serves; with it, once it leads. */
+    atomic_init(&c->serve_until, c->cfg.ha_enable ? 0 : INT64_MAX);
+    coord_publish_settings(c);
     inst_pub_init(&c->pub);
     struct brk_params bp = {c->cfg.breaker_threshold, c->cfg.breaker_open_ms,
                             c->cfg.breaker_max_open_ms};
@@ -452,6 +571,9 @@ int coordinator_main(int argc, char **argv)
     c->infer_port = port;
     if (mgmt_start(c) < 0)
         goto out;
+    if (coord_ha_start(c) < 0)
+        goto out;
+    metrics_gauge_set(c->m.is_master, c->cfg.ha_enable ? 0 : 1);
 
     for (int i = 0; i < c->n_workers; i++) {
         struct coord_worker *w = &c->workers[i];
@@ -463,12 +585,22 @@ int coordinator_main(int argc, char **argv)
     }
     log_info("coordinator_listening", LF_STR("host", c->cfg.host),
              LF_INT("infer_port", c->infer_port), LF_INT("mgmt_port", c->mgmt_port),
-             LF_INT("workers", c->n_workers), LF_INT("pid", getpid()));
+             LF_INT("workers", c->n_workers), LF_INT("pid", getpid()),
+             LF_BOOL("master_standby", c->cfg.ha_enable));
+    reactor_timer_start(c->r, &c->beat_timer, 1000, 1000);
+    coord_reload_init(c);
 
     int rc = reactor_run(c->r);
     exit_code = rc < 0 ? 1 : 0;
 out:
     atomic_store(&c->stopping, true);
+    if (c->r) {
+        reactor_timer_stop(c->r, &c->beat_timer);
+        coord_reload_free(c);
+        /* A master hands the lock over before draining: its standby serves new requests
+         * while this one finishes what it has. */
+        coord_ha_stop(c, 1000);
+    }
     /* Workers first: each stops taking new requests, lets its streams finish within the
      * grace period (timeout_config.graceful_shutdown_timeout), cuts the rest and stops
      * its reactor; the management side goes last. */
@@ -487,9 +619,12 @@ out:
     mgmt_stop(c);
     inst_table_release(&c->table);
     inst_pub_release(&c->pub);
+    csettings_pub_release(&c->settings);
     reactor_free(c->r);
     metrics_registry_free(c->m.reg);
     ccfg_release(&c->cfg);
+    free(c->cli.config);
+    free(c->cli.host);
     free(c);
     log_info("coordinator_stopped", LF_INT("exit_code", exit_code));
     return exit_code;

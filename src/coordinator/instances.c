@@ -363,6 +363,19 @@ static void attach_state(struct instance *fresh, struct instance *old, const str
     }
 }
 
+void inst_table_set_breaker(struct inst_table *t, const struct brk_params *p)
+{
+    t->brk = *p;
+    for (size_t i = 0; i < t->n; i++) {
+        struct inst_shared *s = t->v[i]->shared;
+        if (!s)
+            continue;
+        pthread_mutex_lock(&s->mu);
+        brk_set_params(&s->brk, p);
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
 int inst_table_apply(struct inst_table *t, const struct inst_refresh *r, char *err, size_t cap)
 {
     struct instance **nv = NULL;
@@ -469,6 +482,43 @@ json_t *inst_to_json(struct instance *in, int64_t now_ms)
                      in->model_name, "engine_type", in->engine_type, "status",
                      wire_ins_status_str(in->status), "pool", inst_pool_name(in->status), "healthy",
                      healthy, "circuit_breaker", cb, "endpoints", eps);
+}
+
+json_t *inst_table_to_refresh(const struct inst_table *t)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; i < t->n; i++) {
+        const struct instance *in = t->v[i];
+        json_t *pods = json_object();
+        for (size_t k = 0; k < in->n_eps; k++) {
+            const struct inst_endpoint *ep = &in->eps[k];
+            json_t *pod = json_object_get(pods, ep->ip);
+            if (!pod) {
+                pod = json_object();
+                json_object_set_new(pods, ep->ip, pod);
+            }
+            char id[24];
+            snprintf(id, sizeof(id), "%lld", (long long)ep->id);
+            json_t *je = json_pack("{s:I, s:s, s:i, s:s, s:b}", "id", (json_int_t)ep->id, "ip",
+                                   ep->ip, "business_port", ep->port, "status",
+                                   wire_ep_status_str(ep->status), "headless", ep->headless);
+            if (ep->bootstrap_port)
+                json_object_set_new(je, "bootstrap_port", json_integer(ep->bootstrap_port));
+            json_object_set_new(pod, id, je);
+        }
+        json_t *o =
+            json_pack("{s:I, s:s, s:s, s:s, s:s, s:s, s:o}", "id", (json_int_t)in->id, "role",
+                      wire_role_str(in->role), "status", wire_ins_status_str(in->status),
+                      "job_name", in->job_name, "model_name", in->model_name, "engine_type",
+                      in->engine_type, "endpoints", pods);
+        if (in->dispatch != WIRE_DISPATCH_DEFAULT)
+            json_object_set_new(o, "dispatch_capabilities",
+                                json_pack("[s]", in->dispatch == WIRE_DISPATCH_HANDOFF
+                                                     ? "prefill_handoff_decode"
+                                                     : "concurrent_engine_sync"));
+        json_array_append_new(arr, o);
+    }
+    return wire_refresh_body(WIRE_REFRESH_SET, arr);
 }
 
 json_t *inst_table_to_json(const struct inst_table *t, int64_t now_ms)

@@ -129,8 +129,15 @@ void inst_table_release(struct inst_table *t);
  * and load counters. */
 int inst_table_apply(struct inst_table *t, const struct inst_refresh *r, char *err, size_t cap);
 struct instance *inst_table_find(const struct inst_table *t, int64_t id);
+/* New breaker parameters (hot reload) for the instances added from now on and for every
+ * breaker of the table (brk_set_params, under each instance's mutex). */
+void inst_table_set_breaker(struct inst_table *t, const struct brk_params *p);
 /* {"count":N,"instances":[...]} as GET /instances answers. New reference. */
 json_t *inst_table_to_json(const struct inst_table *t, int64_t now_ms);
+/* The whole table as a refresh body that recreates it (event "set", controller shape:
+ * roles, statuses, names, dispatch, every endpoint with its status): what a master
+ * coordinator replicates to its standbys (coord_ha.c). New reference. */
+json_t *inst_table_to_refresh(const struct inst_table *t);
 /* One instance as GET /instances shows it. New reference. */
 json_t *inst_to_json(struct instance *in, int64_t now_ms);
 

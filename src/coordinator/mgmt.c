@@ -65,16 +65,21 @@ static json_t *probe_body(const struct coord *c, const char *status, const char 
 static void h_alive(struct httpd_req *req, void *arg)
 {
     struct coord *c = arg;
+    coord_ha_standby_close(c, req);
     httpd_respond_json(req, 200, probe_body(c, "ok", "Coordinator is alive", false, false));
 }
 
+/* 200 while this coordinator serves ("ready": whether anything is routable), 503 with a
+ * reason otherwise (NOT_MASTER on a standby: Kubernetes then routes to the master). */
 static void h_readiness(struct httpd_req *req, void *arg)
 {
     struct coord *c = arg;
+    coord_ha_standby_close(c, req);
     struct inst_snapshot *s = inst_pub_get(&c->pub);
-    bool ready = coord_ready(s);
+    int status;
+    json_t *body = coord_readiness(c, s, true, &status);
     inst_snapshot_unref(s);
-    httpd_respond_json(req, 200, probe_body(c, "ok", "Coordinator is ok", ready, true));
+    httpd_respond_json(req, status, body);
 }
 
 static void h_root(struct httpd_req *req, void *arg)
@@ -89,6 +94,7 @@ static void h_root(struct httpd_req *req, void *arg)
 static void h_instances(struct httpd_req *req, void *arg)
 {
     struct coord *c = arg;
+    coord_ha_standby_close(c, req);
     httpd_respond_json(req, 200, inst_table_to_json(&c->table, util_mono_ms()));
 }
 
@@ -130,6 +136,7 @@ static void refresh_apply(struct mgmt_refresh *f)
     }
     publish_locked(c);
     metrics_counter_inc(c->m.refreshes);
+    coord_ha_table_changed(c);
     struct strbuf ids;
     strbuf_init(&ids, 2048);
     for (size_t i = 0; i < f->r.n; i++)
@@ -301,6 +308,8 @@ static void on_refresh_close(struct httpd_req *req, void *arg)
 static void h_refresh(struct httpd_req *req, void *arg)
 {
     struct coord *c = arg;
+    if (!coord_ha_accepts_refresh(c, req))
+        return;
     char err[512];
     json_t *body = httpd_req_json(req, err, sizeof(err));
     if (!body) {

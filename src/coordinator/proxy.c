@@ -92,6 +92,7 @@ struct preq {
     bool stream;
     char rid[64];
     struct inst_snapshot *snap;
+    struct csettings *set; /* the settings it started with, to its end (coord_settings.h) */
     enum mode mode;
     struct leg legs[2];
     int attempts;
@@ -152,6 +153,18 @@ struct inst_snapshot *proxy_snapshot(struct coord_worker *w)
     return w->snap;
 }
 
+struct csettings *proxy_settings(struct coord_worker *w)
+{
+    uint64_t v = csettings_pub_version(&w->c->settings);
+    if (!w->set || v != w->set_version) {
+        struct csettings *s = csettings_pub_get(&w->c->settings);
+        csettings_unref(w->set);
+        w->set = s;
+        w->set_version = v;
+    }
+    return w->set;
+}
+
 static void respond_openai_error(struct httpd_req *req, int status, const char *type,
                                  const char *msg)
 {
@@ -162,9 +175,9 @@ static void respond_openai_error(struct httpd_req *req, int status, const char *
 
 /* Authorization: Bearer <key> against every configured key (no early exit, so the
  * time does not tell which key came close). */
-static bool authorized(struct coord *c, struct httpd_req *req)
+static bool authorized(const struct csettings *set, struct httpd_req *req)
 {
-    if (!c->cfg.api_key_enable)
+    if (!set->api_key_enable)
         return true;
     const char *h = httpd_req_header(req, "Authorization");
     if (!h || strncasecmp(h, "Bearer ", 7) != 0)
@@ -173,14 +186,15 @@ static bool authorized(struct coord *c, struct httpd_req *req)
     while (*key == ' ')
         key++;
     bool ok = false;
-    for (size_t i = 0; i < c->cfg.n_api_keys; i++)
-        ok |= util_secret_equal(key, c->cfg.api_keys[i]);
+    for (size_t i = 0; i < set->n_api_keys; i++)
+        ok |= util_secret_equal(key, set->api_keys[i]);
     return ok;
 }
 
-static bool check_auth(struct coord *c, struct httpd_req *req, const char *api)
+static bool check_auth(struct coord *c, const struct csettings *set, struct httpd_req *req,
+                       const char *api)
 {
-    if (authorized(c, req))
+    if (authorized(set, req))
         return true;
     coord_count_error(c, CAUSE_UNAUTHORIZED);
     coord_count_request(c, api, 401);
@@ -413,9 +427,7 @@ static void attempt_failed(struct preq *pr, struct leg *leg, enum coord_cause ca
     }
     pr->fail_cause = cause;
     snprintf(pr->fail_msg, sizeof(pr->fail_msg), "%s", msg);
-    int limit = c->cfg.max_retry;
-    if (cause == CAUSE_UPSTREAM_TRANSPORT && c->cfg.transport_max_retry >= 0)
-        limit = c->cfg.transport_max_retry;
+    int limit = csettings_retry_limit(pr->set, cause == CAUSE_UPSTREAM_TRANSPORT);
     if (pr->retries >= limit) {
         give_up(pr);
         return;
@@ -426,7 +438,7 @@ static void attempt_failed(struct preq *pr, struct leg *leg, enum coord_cause ca
     leg_release(pr, &pr->legs[LEG_MAIN]);
     pr->retries++;
     metrics_counter_inc(c->m.retries);
-    int64_t delay = c->cfg.retry_delay_ms;
+    int64_t delay = pr->set->retry_delay_ms;
     for (int i = 1; i < pr->retries && delay < PROXY_BACKOFF_MAX_MS; i++)
         delay *= 2;
     if (delay > PROXY_BACKOFF_MAX_MS)
@@ -674,7 +686,6 @@ static void leg_on_done(const struct httpc_response *resp, void *arg)
 
 static void leg_start(struct preq *pr, struct leg *leg, const char *body, size_t len, bool stream)
 {
-    struct coord *c = pr->c;
     leg->pr = pr;
     leg->tokens =
         reqscan_estimate_tokens(&pr->scan, leg->which == LEG_PREFILL && pr->mode != MODE_SINGLE);
@@ -702,7 +713,7 @@ static void leg_start(struct preq *pr, struct leg *leg, const char *body, size_t
         .content_type = "application/json",
         .headers = hdrs,
         .timeout_ms = (left > 0 ? left : 1) + 1000,
-        .connect_timeout_ms = c->cfg.connect_timeout_ms,
+        .connect_timeout_ms = pr->set->connect_timeout_ms,
         .max_response = PROXY_RESP_MAX,
         .on_status = leg_on_status,
         .on_chunk = leg_on_chunk,
@@ -752,12 +763,12 @@ static bool pick_role(struct preq *pr, enum wire_role role, const struct instanc
     struct pick_ctx x = {pr, pr->model, pair, true, util_mono_ms()};
     for (int tries = 0; tries < 8; tries++) {
         struct bal_pick p;
-        int rc = bal_select(pr->c->policy, pr->c->cfg.instance_score_weight, s->routable[role],
+        int rc = bal_select(pr->set->policy, pr->set->instance_score_weight, s->routable[role],
                             s->n_routable[role], pick_filter, &x, &pr->c->rr[role], &p);
         if (rc < 0 && x.strict) {
             /* Everything was tried already: the avoid list is a preference, not a ban. */
             x.strict = false;
-            rc = bal_select(pr->c->policy, pr->c->cfg.instance_score_weight, s->routable[role],
+            rc = bal_select(pr->set->policy, pr->set->instance_score_weight, s->routable[role],
                             s->n_routable[role], pick_filter, &x, &pr->c->rr[role], &p);
         }
         if (rc < 0)
@@ -793,7 +804,6 @@ static void describe_fleet(struct preq *pr, char *buf, size_t cap)
 
 static bool plan(struct preq *pr)
 {
-    struct coord *c = pr->c;
     struct inst_snapshot *s = pr->snap;
     struct leg *p = &pr->legs[LEG_PREFILL], *d = &pr->legs[LEG_MAIN];
     p->which = LEG_PREFILL;
@@ -808,16 +818,16 @@ static bool plan(struct preq *pr)
             leg_release(pr, p);
         }
     }
-    if (pd_present && !c->cfg.pd_fallback_to_hybrid && !s->n_routable[WIRE_ROLE_UNION])
+    if (pd_present && !pr->set->pd_fallback_to_hybrid && !s->n_routable[WIRE_ROLE_UNION])
         return false;
     pr->mode = MODE_SINGLE;
     if (pick_role(pr, WIRE_ROLE_UNION, NULL, d))
         return true;
-    if (pd_present && !c->cfg.pd_fallback_to_hybrid)
+    if (pd_present && !pr->set->pd_fallback_to_hybrid)
         return false;
     if (pick_role(pr, WIRE_ROLE_PREFILL, NULL, d))
         return true;
-    if (c->cfg.decode_colocation && pick_role(pr, WIRE_ROLE_DECODE, NULL, d))
+    if (pr->set->decode_colocation && pick_role(pr, WIRE_ROLE_DECODE, NULL, d))
         return true;
     return false;
 }
@@ -957,7 +967,7 @@ static void on_first_timeout(struct preq *pr)
     char trail[160];
     reqfsm_trail(&pr->fsm, trail, sizeof(trail));
     log_warn("first_token_timeout", LF_STR("request_id", pr->rid),
-             LF_INT("timeout_ms", pr->c->cfg.first_token_timeout_ms),
+             LF_INT("timeout_ms", pr->set->first_token_timeout_ms),
              LF_INT("instance_id", pr->legs[LEG_MAIN].inst ? pr->legs[LEG_MAIN].inst->id : -1),
              LF_STR("states", trail));
     preq_end(pr, REQ_EV_FIRST_TIMEOUT, CAUSE_FIRST_TOKEN_TIMEOUT,
@@ -973,7 +983,7 @@ static void on_total_timeout(struct preq *pr)
     char trail[160];
     reqfsm_trail(&pr->fsm, trail, sizeof(trail));
     log_warn("infer_timeout", LF_STR("request_id", pr->rid),
-             LF_INT("timeout_ms", pr->c->cfg.infer_timeout_ms), LF_BOOL("streaming", streaming),
+             LF_INT("timeout_ms", pr->set->infer_timeout_ms), LF_BOOL("streaming", streaming),
              LF_STR("states", trail));
     if (streaming) {
         preq_end(pr, REQ_EV_TOTAL_TIMEOUT, CAUSE_INFER_TIMEOUT,
@@ -1049,6 +1059,7 @@ static void on_close(struct httpd_req *req, void *arg)
     json_decref(pr->body);
     reqscan_release(&pr->scan);
     inst_snapshot_unref(pr->snap);
+    csettings_unref(pr->set);
     free(pr->fail_body);
     free(pr->fail_ctype);
     free(pr);
@@ -1058,7 +1069,10 @@ static void on_close(struct httpd_req *req, void *arg)
 static void handle_infer(struct httpd_req *req, struct coord_worker *w, enum api api)
 {
     struct coord *c = w->c;
-    if (!check_auth(c, req, api_names[api]))
+    struct csettings *set = proxy_settings(w);
+    if (!check_auth(c, set, req, api_names[api]))
+        return;
+    if (!coord_refuse_standby(c, req, api_names[api]))
         return;
     if (w->draining || atomic_load_explicit(&c->stopping, memory_order_relaxed)) {
         coord_count_error(c, CAUSE_SHUTDOWN);
@@ -1106,7 +1120,8 @@ static void handle_infer(struct httpd_req *req, struct coord_worker *w, enum api
     pr->stream = scan.stream == REQSCAN_TRUE;
     pr->model = scan.model_name;
     pr->start_us = util_mono_us();
-    pr->deadline_ms = reactor_now(w->r) + c->cfg.infer_timeout_ms;
+    pr->set = csettings_ref(set);
+    pr->deadline_ms = reactor_now(w->r) + set->infer_timeout_ms;
     pr->legs[LEG_PREFILL].pr = pr;
     pr->legs[LEG_MAIN].pr = pr;
     pr->legs[LEG_PREFILL].which = LEG_PREFILL;
@@ -1124,9 +1139,11 @@ static void handle_infer(struct httpd_req *req, struct coord_worker *w, enum api
     metrics_gauge_inc(c->m.inflight);
     httpd_req_on_close(req, on_close, pr);
     reactor_timer_init(&pr->t_backoff, on_backoff, pr);
-    pr->first_deadline_ms = reactor_now(w->r) + c->cfg.first_token_timeout_ms;
-    if (!reactor_timer_active(&w->sweep))
+    pr->first_deadline_ms = reactor_now(w->r) + set->first_token_timeout_ms;
+    if (!reactor_timer_active(&w->sweep) || w->sweep_ms != set->sweep_ms) {
+        w->sweep_ms = set->sweep_ms; /* reloaded timeouts: the sweep follows */
         reactor_timer_start(w->r, &w->sweep, w->sweep_ms, w->sweep_ms);
+    }
     attempt(pr);
 }
 
@@ -1143,7 +1160,9 @@ static void h_chat(struct httpd_req *req, void *arg)
 static void h_models(struct httpd_req *req, void *arg)
 {
     struct coord_worker *w = arg;
-    if (!check_auth(w->c, req, "models"))
+    if (!check_auth(w->c, proxy_settings(w), req, "models"))
+        return;
+    if (!coord_refuse_standby(w->c, req, "models"))
         return;
     struct inst_snapshot *s = proxy_snapshot(w);
     json_t *data = json_array();
@@ -1164,16 +1183,14 @@ static void h_health(struct httpd_req *req, void *arg)
 static void h_readiness(struct httpd_req *req, void *arg)
 {
     struct coord_worker *w = arg;
-    bool ready = coord_ready(proxy_snapshot(w));
-    httpd_respond_json(req, 200,
-                       json_pack("{s:s, s:s, s:b}", "status", "ok", "message", "Coordinator is ok",
-                                 "ready", ready));
+    int status;
+    json_t *body = coord_readiness(w->c, proxy_snapshot(w), false, &status);
+    httpd_respond_json(req, status, body);
 }
 
 void proxy_register_routes(struct coord_worker *w)
 {
-    int64_t shortest = MOTOR_MIN(w->c->cfg.first_token_timeout_ms, w->c->cfg.infer_timeout_ms);
-    w->sweep_ms = MOTOR_MAX((int64_t)10, MOTOR_MIN((int64_t)100, shortest / 10));
+    w->sweep_ms = proxy_settings(w)->sweep_ms;
     reactor_timer_init(&w->sweep, on_sweep, w);
     httpd_route(w->httpd, "POST", "/v1/completions", h_completions, w, 0);
     httpd_route(w->httpd, "POST", "/v1/chat/completions", h_chat, w, 0);
@@ -1200,7 +1217,7 @@ void proxy_worker_drain(void *arg)
 {
     struct coord_worker *w = arg;
     w->draining = true;
-    w->drain_deadline = reactor_now(w->r) + w->c->cfg.shutdown_grace_ms;
+    w->drain_deadline = reactor_now(w->r) + proxy_settings(w)->shutdown_grace_ms;
     if (w->n_live == 0) {
         reactor_stop(w->r);
         return;

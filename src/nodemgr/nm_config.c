@@ -219,19 +219,6 @@ static const char *absolute_path(const char **s, char *buf, size_t cap)
     return buf;
 }
 
-/* Any case in the file; the canonical upper-case name kept. */
-static const char *log_level_name(const char **s, char *buf, size_t cap)
-{
-    static const char *const canon[] = {"DEBUG", "INFO", "WARNING", "ERROR"};
-    enum log_level parsed;
-    if (log_parse_level(*s, &parsed) < 0) {
-        snprintf(buf, cap, "must be one of DEBUG, INFO, WARNING, ERROR, got \"%.160s\"", *s);
-        return buf;
-    }
-    *s = canon[parsed];
-    return NULL;
-}
-
 /* basic_config.parallel_config: used only when the role has no engine section; the
  * effective sizes (c->parallel) are what is shown. */
 static void parallel_parse(const struct cfgtab_row *r, void *base, json_t *v, const char *path,
@@ -495,7 +482,7 @@ static const struct cfgtab_row rows[] = {
     {"vllm_startup_acceleration_config.cache_root", CFGTAB_STRING, OFF(startup_cache_root),
      .flags = L, .def_s = "", .check = absolute_path, .doc = "\"\" or an absolute path"},
     {"logging_config.log_level", CFGTAB_STRING, OFF(log_level), .flags = L, .def_s = "INFO",
-     .check = log_level_name, .type_doc = "DEBUG, INFO, WARNING, ERROR (any case)",
+     .check = cfgtab_check_log_level, .type_doc = "DEBUG, INFO, WARNING, ERROR (any case)",
      .doc = "the node manager's own log level"},
     {"logging_config.log_max_line_length", CFGTAB_INT, OFF(log_max_line_length), .flags = L,
      .min = 1, .max = 1 << 24, .def_i = 8192,
@@ -678,6 +665,11 @@ static const struct cfgtab_row rows[] = {
 };
 
 const struct cfgtab nm_config_cfgtab = CFGTAB_TABLE("node manager", rows, src_names);
+/* The rows' shorthands end with the table: the loader's functions name their context L
+ * (gcc's -Wshadow sees the macro's expansion there). */
+#undef L
+#undef M
+#undef D
 
 /* ---- engine section ----------------------------------------------------------------- */
 

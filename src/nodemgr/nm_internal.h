@@ -53,6 +53,7 @@
 #define MOTOR_NM_INTERNAL_H
 
 #include "common/httpc.h"
+#include "common/cfgwatch.h"
 #include "common/httpd.h"
 #include "common/metrics.h"
 #include "common/proc.h"
@@ -557,12 +558,8 @@ struct nodemgr {
     struct nm_arbiter arb;
     struct reactor_timer arb_timer;
 
-    /* hot reload */
-    int inotify_fd;
-    int inotify_wd;
-    char *watch_dir, *watch_name;
-    struct reactor_timer reload_timer;
-    char *loaded_sig; /* identity of the file last loaded (dev/ino/size/mtime) */
+    /* hot reload: the watch on the config file's directory (common/cfgwatch.h) */
+    struct cfgwatch *watch;
 
     /* engine output passthrough to the NM's stdout */
     int passthrough_fd;      /* -1 = none */

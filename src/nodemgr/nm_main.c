@@ -116,7 +116,6 @@ void nm_shutdown_run(struct nodemgr *nm, const char *reason)
     nm_arb_stop(nm);
     nm_engine_probes_stop(nm);
     reactor_timer_stop(nm->r, &nm->tick_timer);
-    reactor_timer_stop(nm->r, &nm->reload_timer);
     nm_ft_stop(nm);
     nm_pool_shutdown(nm);
     nm_launch_shutdown(nm);
@@ -366,13 +365,11 @@ int node_manager_main(int argc, char **argv)
     nm->cfg = cfg;
     nm->exit_code = NM_EXIT_STATUS;
     nm->port_override = a.port;
-    nm->inotify_fd = -1;
     nm->passthrough_fd = -1;
     nm->boot_ms = util_mono_ms();
     struct reactor_timer *timers[] = {
-        &nm->stop_exit_timer, &nm->shutdown_timer,      &nm->tick_timer,
-        &nm->probe_timer,     &nm->wait_timer,          &nm->arb_timer,
-        &nm->reload_timer,    &nm->ctrl.register_timer, &nm->ctrl.hb_timer,
+        &nm->stop_exit_timer, &nm->shutdown_timer, &nm->tick_timer,          &nm->probe_timer,
+        &nm->wait_timer,      &nm->arb_timer,      &nm->ctrl.register_timer, &nm->ctrl.hb_timer,
     };
     for (size_t i = 0; i < ARRAY_LEN(timers); i++)
         reactor_timer_init(timers[i], NULL, NULL);

@@ -152,13 +152,16 @@ static bool node_has_live(const struct pool_node *n)
     return false;
 }
 
-void pool_node_delete(struct pool_node *n, void (*done)(void *arg), void *arg)
+/* Out of the registry and the store; queued calls fail 404. drain: busy instances stop
+ * when their last call returns (pool_release), the others now; else all stop now. */
+static void node_remove(struct pool_node *n, bool drain, const char *why)
 {
     struct pool *p = n->pool;
     n->deleted = true;
     list_remove(&n->link);
     pool_store_node_delete(p->store, n->id);
-    log_info("pool_node_deleted", LF_STR("node_id", n->id));
+    log_info(drain ? "pool_node_retired" : "pool_node_deleted", LF_STR("node_id", n->id),
+             LF_STR("why", why));
     char *msg = xasprintf("node '%s' was deleted", n->id);
     fail_all_waiters(n, 404, msg);
     free(msg);
@@ -166,9 +169,20 @@ void pool_node_delete(struct pool_node *n, void (*done)(void *arg), void *arg)
     list_for_each(pos, &p->insts) /* not _safe: see pool_node_put */
     {
         struct pool_inst *i = list_entry(pos, struct pool_inst, link);
-        if (i->node == n)
+        if (i->node == n && (!drain || i->busy == 0))
             pool_inst_stop(i, "node deleted");
     }
+}
+
+void pool_node_retire(struct pool_node *n, const char *why)
+{
+    node_remove(n, true, why);
+    pool_node_unref(n); /* the registry's reference; instances keep theirs */
+}
+
+void pool_node_delete(struct pool_node *n, void (*done)(void *arg), void *arg)
+{
+    node_remove(n, false, "DELETE");
     n->del_done = done;
     n->del_arg = arg;
     if (!node_has_live(n)) {
@@ -515,43 +529,123 @@ static int json_file_filter(const struct dirent *d)
     return d->d_name[0] != '.' && n > 5 && strcmp(d->d_name + n - 5, ".json") == 0;
 }
 
-static int load_dir(struct pool *p)
+/* The manifests directory as last read: every *.json file with its identity (valid or
+ * not, so an unchanged invalid file is not reported again) and the node it defines. */
+struct pool_file {
+    char *path;
+    char *sig;
+    char *node_id; /* NULL: invalid */
+};
+
+static void files_free(struct pool_file *f, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        free(f[i].path);
+        free(f[i].sig);
+        free(f[i].node_id);
+    }
+    free(f);
+}
+
+static const struct pool_file *file_find(const struct pool_file *f, size_t n, const char *path)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(f[i].path, path) == 0)
+            return &f[i];
+    return NULL;
+}
+
+/* A node that came from a file of the manifests directory (its source is the path). */
+static bool from_dir(const struct pool *p, const struct pool_node *n)
+{
+    size_t d = strlen(p->manifests_dir);
+    return strncmp(n->source, p->manifests_dir, d) == 0 && n->source[d] == '/' &&
+           !strchr(n->source + d + 1, '/');
+}
+
+/* Read the directory: a new or changed file is validated and, when valid, registers or
+ * replaces its node (the old version drains); an invalid one is reported and the node
+ * it defined before keeps serving; a removed file's node is retired (queued calls 404,
+ * running calls finish, then its instances stop). At start (first), a missing directory
+ * is an error; later it is reported and nothing changes. */
+static int rescan(struct pool *p, bool first)
 {
     struct dirent **list = NULL;
     int n = scandir(p->manifests_dir, &list, json_file_filter, alphasort);
     if (n < 0) {
         int err = errno;
         log_error("pool_manifests_dir_unreadable", LF_STR("dir", p->manifests_dir),
-                  LF_STR("error", strerror(err)));
+                  LF_STR("error", strerror(err)),
+                  LF_STR("action", first ? "cannot start" : "keeping every node as it is"));
         return -err;
     }
-    int loaded = 0, bad = 0;
+    struct pool_file *seen = xcalloc((size_t)n + 1, sizeof(*seen));
+    size_t n_seen = 0;
+    int loaded = 0, bad = 0, unchanged = 0;
     for (int k = 0; k < n; k++) {
         char *path = xasprintf("%s/%s", p->manifests_dir, list[k]->d_name);
+        free(list[k]);
+        struct pool_file *f = &seen[n_seen++];
+        f->path = path;
+        f->sig = cfgwatch_file_sig(path);
+        const struct pool_file *was = file_find(p->files, p->n_files, path);
+        if (was && strcmp(was->sig, f->sig) == 0) {
+            f->node_id = was->node_id ? xstrdup(was->node_id) : NULL;
+            unchanged++;
+            continue;
+        }
         struct cfg_errors errs;
-        cfg_errors_init(&errs, list[k]->d_name);
+        cfg_errors_init(&errs, path + strlen(p->manifests_dir) + 1); /* the file's name */
         json_t *doc = cfg_load_file(path, &errs);
         struct pool_manifest *m =
             doc ? pool_manifest_parse(doc, &p->cfg.defaults, p->base_dir, &errs) : NULL;
         json_decref(doc);
         if (m) {
+            f->node_id = xstrdup(m->id);
             bool created;
             pool_node_put(p, m, path, true, &created);
             loaded++;
         } else {
+            /* The node this file defined before (if any) keeps its last valid version. */
+            f->node_id = was && was->node_id ? xstrdup(was->node_id) : NULL;
             bad++;
-            log_error("pool_manifest_invalid", LF_STR("file", path),
-                      LF_INT("errors", cfg_errors_count(&errs)),
-                      LF_STR("detail", cfg_errors_text(&errs)));
+            log_error(
+                "pool_manifest_invalid", LF_STR("file", path),
+                LF_INT("errors", cfg_errors_count(&errs)), LF_STR("detail", cfg_errors_text(&errs)),
+                LF_STR("action", f->node_id ? "the node keeps its previous manifest" : "skipped"));
         }
         cfg_errors_release(&errs);
-        free(path);
-        free(list[k]);
     }
     free(list);
-    log_info("pool_manifests_loaded", LF_STR("dir", p->manifests_dir), LF_INT("loaded", loaded),
-             LF_INT("invalid", bad));
+    /* Nodes whose file is gone, or whose file now defines another id: retired. */
+    int retired = 0;
+    struct list_head *pos, *tmp;
+    list_for_each_safe(pos, tmp, &p->nodes)
+    {
+        struct pool_node *node = list_entry(pos, struct pool_node, link);
+        if (!from_dir(p, node))
+            continue;
+        const struct pool_file *f = file_find(seen, n_seen, node->source);
+        if (f && f->node_id && strcmp(f->node_id, node->id) == 0)
+            continue;
+        pool_node_retire(node, f ? "its file defines another node now" : "its file was removed");
+        retired++;
+    }
+    files_free(p->files, p->n_files);
+    p->files = seen;
+    p->n_files = n_seen;
+    if (first || loaded || bad || retired)
+        log_info(first ? "pool_manifests_loaded" : "pool_manifests_reloaded",
+                 LF_STR("dir", p->manifests_dir), LF_INT("loaded", loaded), LF_INT("invalid", bad),
+                 LF_INT("unchanged", unchanged), LF_INT("retired", retired));
     return 0;
+}
+
+static void on_manifests_changed(void *arg)
+{
+    struct pool *p = arg;
+    if (!p->shutting_down)
+        (void)rescan(p, false);
 }
 
 /* Absolute, so a manifest's workdir and source do not depend on the cwd of the moment;
@@ -608,11 +702,15 @@ struct pool *pool_new(struct reactor *r, const struct pool_config *cfg)
         log_warn("pool_orphan_records_closed", LF_INT("instances", orphans));
     pool_store_nodes_each(p->store, load_stored, p);
     if (p->manifests_dir) {
-        int rc = load_dir(p);
+        int rc = rescan(p, true);
         if (rc < 0) {
             err = -rc;
             goto fail;
         }
+        /* Changes to the directory apply while running (cfgwatch.h). */
+        p->watch = cfgwatch_new(r, "manifests", 0, on_manifests_changed, p);
+        const char *dirs[] = {p->manifests_dir};
+        (void)cfgwatch_set(p->watch, NULL, 0, dirs, 1);
     }
     size_t nn = list_count(&p->nodes);
     log_info("pool_started", LF_STR("db", *p->db_path ? p->db_path : ":memory:"),
@@ -696,6 +794,8 @@ void pool_free(struct pool *p)
     }
     if (p->r)
         reactor_timer_stop(p->r, &p->shutdown_timer);
+    cfgwatch_free(p->watch);
+    files_free(p->files, p->n_files);
     httpc_free(p->http);
     pool_store_close(p->store);
     free(p->manifests_dir);

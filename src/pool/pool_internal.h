@@ -14,6 +14,7 @@
 #define MOTOR_POOL_INTERNAL_H
 
 #include "common/cfg.h"
+#include "common/cfgwatch.h"
 #include "common/httpc.h"
 #include "common/httpd.h"
 #include "common/list.h"
@@ -285,6 +286,10 @@ struct pool {
     struct reactor_timer shutdown_timer;
     /* spawn hook: pool_inst_spawn, replaced by unit tests */
     int (*spawn)(struct pool_inst *i);
+    /* the manifests directory, watched (pool_core.c: rescan) */
+    struct cfgwatch *watch;
+    struct pool_file *files;
+    size_t n_files;
 };
 
 struct pool_node *pool_node_find(struct pool *p, const char *id);
@@ -297,6 +302,10 @@ struct pool_node *pool_node_put(struct pool *p, struct pool_manifest *m, const c
  * once, from inside this call, when none is live). The node is gone from lookups at
  * once. */
 void pool_node_delete(struct pool_node *n, void (*done)(void *arg), void *arg);
+/* Retire (its manifest file was removed): gone from lookups and the store at once,
+ * queued calls fail 404, idle and starting instances stop now, busy ones when their
+ * last call returns — a drain, unlike DELETE. */
+void pool_node_retire(struct pool_node *n, const char *why);
 void pool_node_unref(struct pool_node *n);
 /* JSON of a node (manifest, source, counters, instances by state). */
 json_t *pool_node_json(const struct pool_node *n);

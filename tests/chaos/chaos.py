@@ -303,17 +303,32 @@ class Injector:
         f.later.append((dur, self._stop_cont(self.fleet.controller, dur)))
         return f
 
+    def _coordinator(self) -> Daemon:
+        """The coordinator to hit: the master when there are two (the standby taking over
+        is what the two-coordinator fleet exists for), else the one."""
+        if len(self.fleet.coordinators) > 1:
+            m = self.fleet.master()
+            if m is not None and self.rng.random() < 0.8:
+                return m
+            return self.rng.choice(self.fleet.coordinators)
+        return self.fleet.coordinator
+
     def coordinator_kill(self) -> Fault:
+        d = self._coordinator()
         hold = round(self.rng.uniform(0.2, 2.0), 1)
-        pid = self.fleet.coordinator.kill(hold)
-        f = Fault("coordinator_kill", "coordinator", hold + 25, f"restart after {hold}s")
+        pid = d.kill(hold)
+        f = Fault("coordinator_kill", d.name, hold + 25, f"restart after {hold}s")
         f.killed.append(pid)
         return f
 
     def coordinator_stop(self) -> Fault:
-        dur = round(self.rng.uniform(0.5, 3.0), 1)
-        f = Fault("coordinator_stop", "coordinator", dur + 25, f"SIGSTOP {dur}s")
-        f.later.append((dur, self._stop_cont(self.fleet.coordinator, dur)))
+        d = self._coordinator()
+        # two coordinators: also past the lease (4 s), so the standby takes over and the
+        # old master, running again, steps down
+        top = 7.0 if len(self.fleet.coordinators) > 1 else 3.0
+        dur = round(self.rng.uniform(0.5, top), 1)
+        f = Fault("coordinator_stop", d.name, dur + 25, f"SIGSTOP {dur}s")
+        f.later.append((dur, self._stop_cont(d, dur)))
         return f
 
     def etcd_kill(self) -> Fault:
@@ -454,13 +469,14 @@ class Run:
 
     def run_mode(self, mode: str, net, deadline: float, max_rounds: int) -> None:
         run_dir = self.dir
-        store = "etcd" if mode == "etcd" else "sqlite"
+        store = "etcd" if mode in ("etcd", "ha") else "sqlite"
         if mode == "up":
             from chaos_up import UpFleet
             fleet: Fleet = UpFleet(self.run_id, run_dir, net, log=log)
         else:
             fleet = Fleet("standalone" if mode == "standalone" else "controller", self.run_id,
-                          run_dir, net, workers=1, log=log, store=store)
+                          run_dir, net, workers=1, log=log, store=store,
+                          coordinators=2 if mode == "ha" else 1)
         client: Optional[Client] = None
         info: dict[str, Any] = {"mode": mode, "rounds": 0}
         try:
@@ -477,7 +493,9 @@ class Run:
             # every kind once (shuffled) before any repeats, so short runs cover them all
             queue: list[str] = []
             # the faults this fleet exists for come first (pop() takes from the end)
-            first_cycle = {"etcd": ["etcd_kill", "etcd_stop", "controller_kill"]}.get(mode, [])
+            first_cycle = {"etcd": ["etcd_kill", "etcd_stop", "controller_kill"],
+                           "ha": ["coordinator_kill", "coordinator_stop", "etcd_stop"]
+                           }.get(mode, [])
             r = 0
             while r < max_rounds and time.monotonic() < deadline - self.args.min_round:
                 if not queue:
@@ -616,17 +634,18 @@ class Run:
         log(f"chaos run {self.run_id}: seed {a.seed}, modes {a.mode}, net {net.kind} ({why}), "
             f"dir {self.dir}")
         modes = {"both": ["controller", "standalone"],
-                 "all": ["controller", "etcd", "standalone", "up"]}.get(a.mode)
+                 "all": ["controller", "etcd", "ha", "standalone", "up"]}.get(a.mode)
         if modes is None:
             modes = [m for m in a.mode.split(",") if m]
-        bad = [m for m in modes if m not in ("controller", "etcd", "standalone", "up")]
+        bad = [m for m in modes if m not in ("controller", "etcd", "ha", "standalone", "up")]
         if bad:
             raise SystemExit(f"unknown --mode {bad}")
-        if "etcd" in modes and not shutil.which("etcd"):
-            self.notes.append("etcd not installed: the etcd-store fleet was skipped")
-            modes.remove("etcd")
+        for needs_etcd in ("etcd", "ha"):
+            if needs_etcd in modes and not shutil.which("etcd"):
+                self.notes.append(f"etcd not installed: the {needs_etcd} fleet was skipped")
+                modes.remove(needs_etcd)
         # time (and rounds) per fleet: the controller fleets have more kinds of faults
-        weight = {"controller": 0.45, "etcd": 0.25, "standalone": 0.3, "up": 0.3}
+        weight = {"controller": 0.45, "etcd": 0.25, "ha": 0.3, "standalone": 0.3, "up": 0.3}
         end = time.monotonic() + a.duration
         try:
             n_pods = len(Fleet.PODS)
@@ -638,7 +657,8 @@ class Run:
                 left = end - time.monotonic()
                 deadline = time.monotonic() + left * share
                 rounds = max(1, round((a.rounds - self.rounds) * share))
-                use_net = net if mode in ("controller", "etcd") else _root_net(net, self.run_id)
+                use_net = (net if mode in ("controller", "etcd", "ha")
+                           else _root_net(net, self.run_id))
                 self.run_mode(mode, use_net, deadline, rounds)
         finally:
             net.teardown()
@@ -724,9 +744,10 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     ap.add_argument("--duration", type=float, default=600, help="seconds of fault rounds")
     ap.add_argument("--mode", default=None,
                     help="fleets to run, comma-separated: controller (SQLite store), etcd "
-                    "(controller with the etcd store), standalone (no controller), up "
-                    "(`motor up` supervises); both = controller,standalone; all = the four "
-                    "(default; --short: controller,etcd,standalone)")
+                    "(controller with the etcd store), ha (etcd store and two coordinators, "
+                    "master and standby, behind a Service), standalone (no controller), up "
+                    "(`motor up` supervises); both = controller,standalone; all = the five "
+                    "(default; --short: controller,ha,standalone)")
     ap.add_argument("--net", choices=["auto", "netns", "proxy", "none"], default="auto")
     ap.add_argument("--clients", type=int, default=3, help="client threads")
     ap.add_argument("--overlap", type=float, default=0.3,
@@ -741,7 +762,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                     help="the bounded CI version: --duration 90 --rounds 22")
     a = ap.parse_args(argv)
     if a.mode is None:
-        a.mode = "controller,etcd,standalone" if a.short else "all"
+        a.mode = "controller,ha,standalone" if a.short else "all"
     if a.short:
         a.duration = min(a.duration, 90)
         a.rounds = min(a.rounds, 22)

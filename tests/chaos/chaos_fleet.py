@@ -7,6 +7,10 @@ hosting both ranks) — of simulated engines (``engine_type: sim``, each engine 
 * ``controller``: ``motor controller`` (SQLite store) + ``motor coordinator``; the node
   managers register with the controller (restart policy ``controller``), which starts
   the engines, relaunches them and pushes the routable set to the coordinator;
+* ``controller`` with ``coordinators=2`` (the ``ha`` mode of chaos.py): the etcd store,
+  and two coordinators as master and standby on etcd (standby_config) behind a stand-in
+  for a Kubernetes Service (chaos_service.py: new connections go to the one whose
+  /readiness answers 200) — the controller pushes to, and the client calls, the Service;
 * ``standalone``: no controller; the node managers launch their engines at boot and
   restart them themselves (``restart_policy: local``); the instances are registered with
   the coordinator by ``motor register set`` — again after every coordinator restart, as
@@ -343,13 +347,19 @@ class Fleet:
             ("union", 2, "chaos-union")]
 
     def __init__(self, mode: str, run_id: str, run_dir: Path, net, workers: int = 1,
-                 log: Callable[..., None] = print, store: str = "sqlite"):
+                 log: Callable[..., None] = print, store: str = "sqlite",
+                 coordinators: int = 1):
         self.mode = mode
         self.store = store  # controller mode: sqlite | etcd
+        self.n_coordinators = coordinators  # 2: master/standby on etcd behind a Service
+        self.coordinators: list[Daemon] = []
+        self.coord_ports: list[tuple[int, int]] = []  # (infer, mgmt) of each
+        self.services: list[Any] = []
         self.etcd: Optional[Daemon] = None
         self.etcd_url = ""
         self.run_id = run_id
-        self.dir = run_dir / (mode if store == "sqlite" else f"{mode}-{store}")
+        self.dir = run_dir / (mode if store == "sqlite" else f"{mode}-{store}"
+                              if coordinators == 1 else f"{mode}-ha")
         self.dir.mkdir(parents=True, exist_ok=True)
         self.log_dir = self.dir / "logs"
         self.log_dir.mkdir(exist_ok=True)
@@ -411,11 +421,13 @@ class Fleet:
         path.write_text(json.dumps(cfg, indent=1))
         return str(path)
 
-    def _coordinator_cfg(self) -> str:
+    def _coordinator_cfg(self, k: int = 0) -> str:
+        infer, mgmt = self.coord_ports[k] if self.coord_ports else (self.coord_port,
+                                                                    self.coord_mgmt)
         cfg = {"motor_coordinator_config": {
             "api_config": {"coordinator_api_host": "127.0.0.1",
-                           "coordinator_api_infer_port": self.coord_port,
-                           "coordinator_api_mgmt_port": self.coord_mgmt},
+                           "coordinator_api_infer_port": infer,
+                           "coordinator_api_mgmt_port": mgmt},
             "scheduler_config": {"scheduler_type": "load_balance"},
             "exception_config": {"max_retry": 3, "retry_delay": 0.05,
                                  "circuit_breaker_open_timeout": 1,
@@ -423,7 +435,16 @@ class Fleet:
             "timeout_config": {"first_token_timeout": 6, "infer_timeout": 15,
                                "upstream_connect_timeout": 1, "graceful_shutdown_timeout": 2},
             "inference_workers_config": {"num_workers": 1}}}
-        path = self.dir / "coordinator.json"
+        if self.n_coordinators > 1:
+            # the lease like the controller's (4 s), renewed every second
+            cfg["motor_coordinator_config"].update({
+                "standby_config": {"enable_master_standby": True, "master_lock_ttl": 4,
+                                   "master_standby_check_interval": 1,
+                                   "master_lock_retry_interval": 1,
+                                   "master_lock_max_failures": 3,
+                                   "master_lock_key": f"/motor-chaos/{self.run_id}/coordinator"},
+                "etcd_config": {"etcd_endpoints": [self.etcd_url], "etcd_timeout": 2}})
+        path = self.dir / f"coordinator{k if k else ''}.json"
         path.write_text(json.dumps(cfg, indent=1))
         return str(path)
 
@@ -497,6 +518,9 @@ class Fleet:
         self.coord_mgmt = motorlib.free_port()
         if self.mode == "controller" and self.store == "etcd":
             self._add_etcd()
+        if self.n_coordinators > 1:
+            self.coord_ports = [(motorlib.free_port(), motorlib.free_port())
+                                for _ in range(self.n_coordinators)]
         if self.mode == "controller":
             self.ctl_port = motorlib.free_port(self.net.controller_host)
             ccfg = self._controller_cfg()
@@ -505,14 +529,27 @@ class Fleet:
                                               "--port", str(self.ctl_port)],
                                      "controller_ready")
             self.daemons.append(self.controller)
-        kcfg = self._coordinator_cfg()
-        self.coordinator = Daemon(
-            self, "coordinator", "coordinator",
-            lambda: [self.bin, "coordinator", "--config", kcfg, "--port", str(self.coord_port),
-                     "--mgmt-port", str(self.coord_mgmt), "--workers", "1"],
-            "coordinator_listening",
-            post_start=self._register if self.mode == "standalone" else None)
-        self.daemons.append(self.coordinator)
+        if self.n_coordinators == 1:
+            kcfg = self._coordinator_cfg()
+            self.coordinator = Daemon(
+                self, "coordinator", "coordinator",
+                lambda: [self.bin, "coordinator", "--config", kcfg, "--port",
+                         str(self.coord_port), "--mgmt-port", str(self.coord_mgmt), "--workers",
+                         "1"],
+                "coordinator_listening",
+                post_start=self._register if self.mode == "standalone" else None)
+            self.coordinators = [self.coordinator]
+        else:
+            for k, (infer, mgmt) in enumerate(self.coord_ports):
+                kc = self._coordinator_cfg(k)
+                self.coordinators.append(Daemon(
+                    self, f"coordinator-{k}", "coordinator",
+                    (lambda kc=kc, infer=infer, mgmt=mgmt:
+                     [self.bin, "coordinator", "--config", kc, "--port", str(infer),
+                      "--mgmt-port", str(mgmt), "--workers", "1"]),
+                    "coordinator_listening"))
+            self.coordinator = self.coordinators[0]
+        self.daemons += self.coordinators
         for p in self.pods:
             p.cfg_path = self._nm_cfg(p)
             argv = [self.bin, "node-manager", "--config", p.cfg_path, "--port", str(p.nm_port),
@@ -525,7 +562,16 @@ class Fleet:
             self.etcd.start()
         if self.controller:
             self.controller.start()
-        self.coordinator.start(wait=True)
+        for d in self.coordinators:
+            d.start(wait=True)
+        if self.n_coordinators > 1:
+            from chaos_service import Service, wait_ready
+            self.services = [Service(self.coord_port, [(i, m) for i, m in self.coord_ports],
+                                     name="svc-infer"),
+                             Service(self.coord_mgmt, [(m, m) for _, m in self.coord_ports],
+                                     name="svc-mgmt")]
+            for svc in self.services:
+                wait_ready(svc)
         for p in self.pods:
             p.daemon.start(wait=False)
         for p in self.pods:
@@ -662,6 +708,10 @@ class Fleet:
         if problems:
             return problems
         problems += self._port_problems()
+        if self.n_coordinators > 1:
+            problems += self._ha_problems()
+            if problems:
+                return problems
         if self.mode == "controller":
             problems += self._controller_problems()
         else:
@@ -698,6 +748,41 @@ class Fleet:
         if routable != want:
             out.append(f"coordinator routes {sorted(routable)}, controller has active "
                        f"{sorted(want)}")
+        return out
+
+    def master(self) -> Optional[Daemon]:
+        """The coordinator whose /readiness answers 200 when exactly one does."""
+        up = []
+        for d, (_, mgmt) in zip(self.coordinators, self.coord_ports):
+            if d.alive() and not d.stopped and \
+                    call("GET", f"http://127.0.0.1:{mgmt}/readiness", timeout=1)[0] == 200:
+                up.append(d)
+        return up[0] if len(up) == 1 else None
+
+    def _ha_problems(self) -> list[str]:
+        """One master, every other coordinator a standby (NOT_MASTER) whose replica of
+        the instance table is the master's."""
+        out = []
+        states = []
+        for d, (_, mgmt) in zip(self.coordinators, self.coord_ports):
+            st, body = call("GET", f"http://127.0.0.1:{mgmt}/readiness", timeout=2)
+            states.append((d, st, body if isinstance(body, dict) else {}))
+        masters = [d for d, st, _ in states if st == 200]
+        if len(masters) != 1:
+            return [f"coordinators: {len(masters)} master(s) "
+                    f"{[(d.name, st, b.get('reason')) for d, st, b in states]}"]
+        tables = {}
+        for d, (_, mgmt) in zip(self.coordinators, self.coord_ports):
+            st, body = call("GET", f"http://127.0.0.1:{mgmt}/instances", timeout=2)
+            if st != 200 or not isinstance(body, dict):
+                return [f"{d.name}: /instances {st}"]
+            tables[d.name] = sorted((i["id"], i.get("status")) for i in body.get("instances", []))
+        for d, st, b in states:
+            if st != 200 and b.get("reason") != "NOT_MASTER":
+                out.append(f"{d.name}: /readiness {st} {b.get('reason')} (want NOT_MASTER)")
+            if tables[d.name] != tables[masters[0].name]:
+                out.append(f"{d.name}: replica {tables[d.name]} differs from the master's "
+                           f"{tables[masters[0].name]}")
         return out
 
     def _standalone_problems(self) -> list[str]:
@@ -807,10 +892,11 @@ class Fleet:
         for d in self.daemons:
             if d.stopped:
                 d.signal(signal.SIGCONT)
-        order = ([self.coordinator] if self.coordinator else []) + \
-                ([self.controller] if self.controller else [])
+        order = list(self.coordinators) + ([self.controller] if self.controller else [])
         for d in order:
             d.stop_gracefully(10)
+        for svc in self.services:
+            svc.close()
         nms = [p.daemon for p in self.pods if p.daemon]
         threads = [threading.Thread(target=d.stop_gracefully, args=(15,)) for d in nms]
         for t in threads:
@@ -839,7 +925,7 @@ class Fleet:
         for d in self.daemons:
             for p in d.procs:
                 p.close()
-        for port in (self.coord_port, self.coord_mgmt):
+        for port in (self.coord_port, self.coord_mgmt, *[q for pp in self.coord_ports for q in pp]):
             if port and not motorlib.port_is_free(port):
                 left.append(f"VIOLATION port 127.0.0.1:{port} still bound after stop")
         return left

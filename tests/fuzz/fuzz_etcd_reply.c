@@ -1,9 +1,12 @@
 /* libFuzzer: what the etcd store reads from the network — /v3/kv/range answers (the
- * Controller's state at startup) and failed-campaign txn answers (who leads). etcd is
+ * Controller's state at startup) and failed-campaign txn answers (who leads) — and what
+ * the shared etcd client reads of one record (common/etcd.h: the coordinators' lock
+ * holder and their replicated instance table). etcd is
  * another process, possibly a proxy or a hostile peer, so any bytes may arrive.
  * Checks: a range answer either fails cleanly or yields records that lay under the
  * prefix (stripped), never the leader key, each with a value; the txn owner is NULL or
  * a string; nothing leaks or over-reads (ASan). */
+#include "common/etcd.h"
 #include "controller/store.h"
 #include "controller/store_internal.h"
 
@@ -47,6 +50,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         free(leader);
     }
+    char *value = NULL;
+    int64_t rev = -1;
+    char lease[32];
+    int found = etcd_range_first(body, &value, &rev, lease, sizeof(lease));
+    if (found < -1000 || found > 1 || (found != 1 && value) || (found == 1 && !value) ||
+        strlen(lease) >= sizeof(lease) || (found == 1 && rev < 0))
+        abort();
+    free(value);
+    (void)etcd_txn_succeeded(body);
     char *owner = store_etcd_txn_owner(body);
     if (owner)
         (void)strlen(owner);

@@ -6,6 +6,7 @@
  * codec (etcd keys and values). Checks: clean failure or a record that round-trips
  * (serialize -> text -> parse -> serialize is identical), and base64 decode(encode(x))
  * == x. */
+#include "common/etcd.h"
 #include "controller/ctl_ft.h"
 #include "controller/ctl_inst.h"
 #include "controller/store.h"
@@ -111,19 +112,19 @@ static void b64(const uint8_t *data, size_t size)
     memcpy(text, data, size);
     text[size] = '\0';
     size_t n = 0;
-    char *dec = store_b64_decode(text, &n);
+    char *dec = etcd_b64_decode(text, &n);
     if (dec) {
-        char *enc = store_b64_encode(dec, n);
+        char *enc = etcd_b64_encode(dec, n);
         size_t n2 = 0;
-        char *dec2 = store_b64_decode(enc, &n2);
+        char *dec2 = etcd_b64_decode(enc, &n2);
         if (!dec2 || n2 != n || memcmp(dec, dec2, n) != 0)
             abort();
         free(dec2);
         free(enc);
         free(dec);
     }
-    char *enc = store_b64_encode(data, size);
-    dec = store_b64_decode(enc, &n);
+    char *enc = etcd_b64_encode(data, size);
+    dec = etcd_b64_decode(enc, &n);
     if (!dec || n != size || memcmp(dec, data, size) != 0)
         abort();
     free(dec);

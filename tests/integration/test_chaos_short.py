@@ -1,8 +1,9 @@
 """The chaos suite's short run (part of `make test`; `make chaos` runs the long one).
 
-* ``test_chaos_short``: tests/chaos/chaos.py --short — a controller-driven fleet and a
-  standalone one (node managers, simulated engines with worker children, controller with
-  SQLite, coordinator), random SIGKILL/SIGSTOP of every kind of process plus network
+* ``test_chaos_short``: tests/chaos/chaos.py --short — a controller-driven fleet (SQLite
+  store), the two-coordinator one (etcd store, master and standby behind a Service
+  stand-in) and a standalone one (node managers, simulated engines with worker children,
+  controller, coordinators), random SIGKILL/SIGSTOP of every kind of process plus network
   partitions between node managers and the controller, a client sending requests all
   along; it must report zero violations, have injected and recovered faults of most
   kinds, and leave no process, port or namespace behind.

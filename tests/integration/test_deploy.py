@@ -260,6 +260,46 @@ def test_control_plane_matches_the_configuration():
         assert port in [p["port"] for p in svc["spec"]["ports"]], (svc_name, port)
 
 
+def test_coordinator_master_standby(tmpdir_path):
+    """Two coordinator replicas as master and standby on the etcd of etcd.yaml: the
+    readiness probe is what moves the Services to the master (503 NOT_MASTER on the
+    standby), and the configuration the pods get turns master/standby on."""
+    co = named("Deployment", "mindie-motor-coordinator")
+    assert co["spec"]["replicas"] >= 2
+    k = container(co)
+    ready = k["readinessProbe"]
+    assert ready["httpGet"]["path"] == "/readiness"
+    assert resolve_port(k, ready["httpGet"]["port"]) == \
+        user_config()["motor_coordinator_config"]["api_config"]["coordinator_api_mgmt_port"]
+    # a standby leaves the Services after one failed probe, a new master joins after one
+    assert ready.get("failureThreshold", 3) == 1 and ready.get("successThreshold", 1) == 1
+    assert ready.get("periodSeconds", 10) <= 5
+    # the standby's answer is a 503 with that reason (the probe counts the status)
+    assert '"NOT_MASTER"' in sources("coordinator")
+    # the liveness probe must not kill a standby: /liveness stays 200 on it
+    assert k["livenessProbe"]["httpGet"]["path"] == "/liveness"
+    # every Service in front of the coordinators selects both replicas
+    for svc in of_kind("Service"):
+        if svc["spec"]["selector"] == {"app.kubernetes.io/name": "motor-coordinator"}:
+            assert svc["spec"].get("clusterIP") != "None", svc["metadata"]["name"]
+    # the configuration: master/standby on, etcd at the motor-etcd Service, accepted
+    cfg = user_config()
+    sb = cfg["motor_coordinator_config"]["standby_config"]
+    assert sb["enable_master_standby"] is True
+    ep = cfg["motor_coordinator_config"]["etcd_config"]["etcd_endpoints"][0]
+    sts = named("StatefulSet", "motor-etcd")
+    assert ep == f"http://{sts['spec']['serviceName']}.{NAMESPACE}.svc.cluster.local:2379"
+    kust = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    assert "etcd.yaml" in kust["resources"]
+    r = motor("coordinator", "--check-config", "--config", write_user_config(tmpdir_path, cfg),
+              env={"POD_IP": "127.0.0.1"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    eff = json.loads(r.stdout)
+    assert eff["standby_config"]["enable_master_standby"] is True
+    assert eff["standby_config"]["master_lock_ttl"] == sb["master_lock_ttl"]
+    assert eff["etcd_config"]["etcd_endpoints"] == [ep]
+
+
 def test_services_select_pods_and_named_ports():
     workloads = of_kind("Deployment") + of_kind("StatefulSet") + of_kind("Job")
     for svc in of_kind("Service"):

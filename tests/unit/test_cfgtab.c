@@ -320,12 +320,83 @@ static void test_markdown(void **state)
     strbuf_release(&sb);
 }
 
+/* Hot reload: the restart rows keep their running values (swapped, not copied), the
+ * live ones take the new; a live group's RESTART row stays. */
+struct rl {
+    int port;
+    char *host;
+    int64_t wait_ms;
+    char **list;
+    size_t n_list;
+    struct sub tls;
+};
+
+static const struct cfgtab_row rl_sub_rows[] = {
+    {"on", CFGTAB_BOOL, SOFF(on), .flags = CFGTAB_RESTART},
+    {"file", CFGTAB_STRING, SOFF(file), .def_s = "f.pem"},
+};
+static const struct cfgtab rl_sub = CFGTAB_TABLE("rl_sub", rl_sub_rows, NULL);
+
+#define ROFF(f) offsetof(struct rl, f)
+static const struct cfgtab_row rl_rows[] = {
+    {"port", CFGTAB_INT, ROFF(port), .min = 1, .max = 65535, .def_i = 80},
+    {"host", CFGTAB_STRING, ROFF(host), .def_s = "h0"},
+    {"wait", CFGTAB_MS, ROFF(wait_ms), .flags = CFGTAB_LIVE, .min = 0, .max = 60, .def_d = 1},
+    {"list", CFGTAB_STRLIST, ROFF(list), ROFF(n_list), .flags = CFGTAB_LIVE},
+    {"tls", CFGTAB_GROUP, ROFF(tls), .flags = CFGTAB_LIVE, .sub = &rl_sub},
+};
+static const struct cfgtab rl_table = CFGTAB_TABLE("rl", rl_rows, NULL);
+
+static void rl_load(struct rl *c, const char *doc)
+{
+    struct cfg_errors e;
+    cfg_errors_init(&e, "");
+    struct cfgtab_ctx ctx = {.errs = &e};
+    cfgtab_init(&rl_table, c, sizeof(*c), &ctx);
+    json_t *j = J(doc);
+    cfgtab_apply(&rl_table, 0, c, j, &ctx);
+    json_decref(j);
+    assert_int_equal(cfg_errors_count(&e), 0);
+    cfg_errors_release(&e);
+    cfgtab_ctx_release(&ctx);
+}
+
+static void test_keep_restart(void **state)
+{
+    (void)state;
+    struct rl run, next;
+    rl_load(&run, "{'port':81,'host':'h1','wait':2,'list':['a'],'tls':{'on':true,'file':'a.pem'}}");
+    rl_load(&next,
+            "{'port':82,'host':'h2','wait':3,'list':['b','c'],'tls':{'on':false,'file':'b.pem'}}");
+    char *host = run.host, *file = run.tls.file;
+    char *restart = cfgtab_diff(&rl_table, &run, &next, CFGTAB_LIVE, 0);
+    assert_string_equal(restart, "port,host,tls.on");
+    free(restart);
+    assert_int_equal(cfgtab_keep_restart(&rl_table, &next, &run), 0);
+    /* next: restart keys as they run (the same string, not a copy), live keys new */
+    assert_int_equal(next.port, 81);
+    assert_ptr_equal(next.host, host);
+    assert_true(next.tls.on);
+    assert_int_equal(next.wait_ms, 3000);
+    assert_int_equal(next.n_list, 2);
+    assert_string_equal(next.list[1], "c");
+    assert_string_equal(next.tls.file, "b.pem");
+    /* run: what did not apply, released with it */
+    assert_int_equal(run.port, 82);
+    assert_string_equal(run.host, "h2");
+    assert_false(run.tls.on);
+    assert_ptr_equal(run.tls.file, file);
+    assert_null(cfgtab_diff(&rl_table, &next, &next, 0, 0));
+    cfgtab_release(&rl_table, &run);
+    cfgtab_release(&rl_table, &next);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults),         cmocka_unit_test(test_layers_and_values),
         cmocka_unit_test(test_errors_collected), cmocka_unit_test(test_diff),
-        cmocka_unit_test(test_markdown),
+        cmocka_unit_test(test_markdown),         cmocka_unit_test(test_keep_restart),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

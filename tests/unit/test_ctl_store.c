@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "common/etcd.h"
 #include "controller/store.h"
 #include "common/reactor.h"
 #include "common/util.h"
@@ -207,19 +208,19 @@ static void test_base64(void **state)
              {"foob", "Zm9vYg=="},
              {"/motor/controller/leader", "L21vdG9yL2NvbnRyb2xsZXIvbGVhZGVy"}};
     for (size_t i = 0; i < ARRAY_LEN(v); i++) {
-        char *e = store_b64_encode(v[i].plain, strlen(v[i].plain));
+        char *e = etcd_b64_encode(v[i].plain, strlen(v[i].plain));
         assert_string_equal(e, v[i].enc);
         size_t n;
-        char *d = store_b64_decode(e, &n);
+        char *d = etcd_b64_decode(e, &n);
         assert_non_null(d);
         assert_int_equal(n, strlen(v[i].plain));
         assert_memory_equal(d, v[i].plain, n);
         free(e);
         free(d);
     }
-    assert_null(store_b64_decode("abc", NULL));
-    assert_null(store_b64_decode("a=bc", NULL));
-    assert_null(store_b64_decode("ab!c", NULL));
+    assert_null(etcd_b64_decode("abc", NULL));
+    assert_null(etcd_b64_decode("a=bc", NULL));
+    assert_null(etcd_b64_decode("ab!c", NULL));
 }
 
 int main(void)

@@ -1,0 +1,96 @@
+/* coord_settings — the workers' settings snapshot (see coord_settings.h). */
+#include "coordinator/coord_settings.h"
+
+#include "common/util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct csettings *csettings_new(const struct ccfg *cfg, uint64_t version)
+{
+    struct csettings *s = xcalloc(1, sizeof(*s));
+    atomic_init(&s->refs, 1);
+    s->version = version;
+    s->policy = cfg->scheduler == CCFG_SCHED_ROUND_ROBIN ? BAL_ROUND_ROBIN : BAL_LEAST_TOKENS;
+    s->instance_score_weight = cfg->instance_score_weight;
+    s->pd_fallback_to_hybrid = cfg->pd_fallback_to_hybrid;
+    s->decode_colocation = cfg->decode_colocation;
+    s->max_retry = cfg->max_retry;
+    s->transport_max_retry = cfg->transport_max_retry;
+    s->retry_delay_ms = cfg->retry_delay_ms;
+    s->first_token_timeout_ms = cfg->first_token_timeout_ms;
+    s->infer_timeout_ms = cfg->infer_timeout_ms;
+    s->connect_timeout_ms = cfg->connect_timeout_ms;
+    s->shutdown_grace_ms = cfg->shutdown_grace_ms;
+    s->api_key_enable = cfg->api_key_enable;
+    s->api_keys = xcalloc(cfg->n_api_keys + 1, sizeof(char *));
+    for (size_t i = 0; i < cfg->n_api_keys; i++)
+        s->api_keys[i] = xstrdup(cfg->api_keys[i]);
+    s->n_api_keys = cfg->n_api_keys;
+    int64_t shortest = MOTOR_MIN(s->first_token_timeout_ms, s->infer_timeout_ms);
+    s->sweep_ms = MOTOR_MAX((int64_t)10, MOTOR_MIN((int64_t)100, shortest / 10));
+    return s;
+}
+
+struct csettings *csettings_ref(struct csettings *s)
+{
+    if (s)
+        atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
+    return s;
+}
+
+void csettings_unref(struct csettings *s)
+{
+    if (!s || atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    for (size_t i = 0; i < s->n_api_keys; i++) {
+        explicit_bzero(s->api_keys[i], strlen(s->api_keys[i]));
+        free(s->api_keys[i]);
+    }
+    free(s->api_keys);
+    free(s);
+}
+
+int csettings_retry_limit(const struct csettings *s, bool transport)
+{
+    if (transport && s->transport_max_retry >= 0)
+        return s->transport_max_retry;
+    return s->max_retry;
+}
+
+void csettings_pub_init(struct csettings_pub *p)
+{
+    pthread_mutex_init(&p->mu, NULL);
+    p->cur = NULL;
+    atomic_init(&p->version, 0);
+}
+
+void csettings_pub_release(struct csettings_pub *p)
+{
+    csettings_unref(p->cur);
+    p->cur = NULL;
+    pthread_mutex_destroy(&p->mu);
+}
+
+void csettings_pub_set(struct csettings_pub *p, struct csettings *take)
+{
+    pthread_mutex_lock(&p->mu);
+    struct csettings *old = p->cur;
+    p->cur = take;
+    atomic_store_explicit(&p->version, take->version, memory_order_release);
+    pthread_mutex_unlock(&p->mu);
+    csettings_unref(old);
+}
+
+struct csettings *csettings_pub_get(struct csettings_pub *p)
+{
+    pthread_mutex_lock(&p->mu);
+    struct csettings *s = csettings_ref(p->cur);
+    pthread_mutex_unlock(&p->mu);
+    return s;
+}
+
+uint64_t csettings_pub_version(struct csettings_pub *p)
+{
+    return atomic_load_explicit(&p->version, memory_order_acquire);
+}
