@@ -20,8 +20,11 @@ def ctl():
 
 
 def hold(port):
-    """Keep port busy (listening on 127.0.0.1) until closed."""
+    """Keep port busy (listening on 127.0.0.1) until closed. SO_REUSEADDR as the
+    daemons and port_is_free() use it: a connection of an earlier test in TIME_WAIT on
+    this port must not make the bind fail (a listener still makes the port busy)."""
     s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind(("127.0.0.1", port))
     s.listen(1)
     return s

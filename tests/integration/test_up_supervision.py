@@ -163,6 +163,7 @@ def test_invalid_config_is_reported_before_anything_starts(tmpdir_path):
 def test_port_in_use_stops_before_starting(procs, tmpdir_path):
     base = free_port_block()
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is not busy
         s.bind(("127.0.0.1", base + 3))  # the controller's port
         s.listen(1)
         r = run_motor("up", "-c", LOCAL_JSON, "--port-base", base, "--plain",
