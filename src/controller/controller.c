@@ -67,6 +67,12 @@ static void metrics_setup(struct ctl *c)
     m->isolation_suppressed =
         metrics_counter_new(m->reg, "motor_controller_isolation_suppressed_total",
                             "Heartbeat timeouts cancelled because every node manager answered.");
+    m->freshness_gate =
+        metrics_counter_new(m->reg, "motor_controller_freshness_gate_total",
+                            "Transitions to active refused: a member's heartbeat was stale.");
+    m->partial_loss = metrics_counter_family(
+        m->reg, "motor_controller_partial_loss_total",
+        "Instances deleted while some members still heartbeat, by action.", "action");
     m->coord_restarts =
         metrics_counter_new(m->reg, "motor_controller_coordinator_restarts_total",
                             "Coordinator restarts detected by a changed boot id (full set sent).");
@@ -310,4 +316,3 @@ out:
     log_info("controller_stopped", LF_INT("exit_code", exit_code));
     return exit_code;
 }
-

@@ -256,6 +256,21 @@ json_t *ctl_reregister(struct ctl *c, const struct wire_reregister *m, int *stat
         return json_pack("{s:i}", "result", 0);
     }
     struct ctl_ft_rt *ghost = ctl_find_rt(c, m->instance_id);
+    if (ctl_lost_has(c, m->instance_id)) {
+        /* A survivor of a partially lost instance that still runs (shutting down, or it
+         * missed its stop): the stop again, never a one-pod resurrection. */
+        *status = 410;
+        if (restop_due(c, m->pod_ip, m->nm_port)) {
+            char *url = ctl_nm_url(c, m->pod_ip, m->nm_port, "/node-manager/stop");
+            ctl_http_fire(c, "POST", url, NULL, c->cfg.start_cmd_timeout_ms, "node_manager_stop",
+                          m->instance_id);
+            free(url);
+        }
+        log_warn("reregister_refused", LF_INT("instance_id", m->instance_id),
+                 LF_STR("pod_ip", m->pod_ip), LF_STR("nm_port", m->nm_port),
+                 LF_STR("reason", "instance partially lost: survivors exit"));
+        return reg_error(c, "Instance was partially lost: register afresh", NULL);
+    }
     if (ghost && ghost->reconfiguration_dispatched) {
         /* The instance was torn down on purpose: a node manager that still runs it missed
          * its stop. Tell it again instead of resurrecting the instance. */

@@ -209,6 +209,37 @@ enum ctl_event ctl_inst_evaluate(const struct ctl_inst *in, const int64_t *retir
     return CTL_EV_INIT;
 }
 
+bool ctl_nm_is_member(const struct ctl_nm *nm, const int64_t *retired, size_t n_retired)
+{
+    if (nm->n_eps == 0)
+        return true;
+    for (size_t j = 0; j < nm->n_eps; j++)
+        if (!retired || !ctl_ids_has(retired, n_retired, nm->eps[j].id))
+            return true;
+    return false;
+}
+
+void ctl_inst_freshness(const struct ctl_inst *in, int64_t now_ms, int64_t timeout_ms,
+                        const int64_t *retired, size_t n_retired, struct ctl_freshness *out)
+{
+    *out = (struct ctl_freshness){.worst = -1};
+    for (size_t i = 0; i < in->n_nms; i++) {
+        if (!ctl_nm_is_member(&in->nms[i], retired, n_retired))
+            continue;
+        out->members++;
+        int64_t age = now_ms - in->nms[i].last_hb_ms;
+        if (age <= timeout_ms) {
+            out->fresh++;
+            continue;
+        }
+        out->stale++;
+        if (out->worst < 0 || age > out->worst_age_ms) {
+            out->worst = (ssize_t)i;
+            out->worst_age_ms = age;
+        }
+    }
+}
+
 int ctl_nm_check_hb_ids(const struct ctl_nm *nm, const struct wire_hb_status *st, size_t n,
                         const int64_t *may_miss, size_t n_may_miss, struct wire_err *err)
 {

@@ -50,6 +50,7 @@ struct ctl_nm {
     int64_t last_hb_ms;   /* monotonic; the load/assembly time until the first heartbeat */
     bool guard_refreshed; /* timestamps refreshed by the isolation probe, no heartbeat since */
     bool start_ok;        /* the start command was accepted */
+    bool gate_logged;     /* the freshness gate logged this member; cleared by a heartbeat */
 };
 
 struct ctl_ft_rt;
@@ -125,6 +126,19 @@ ssize_t ctl_inst_find_nm_for_ids(const struct ctl_inst *in, const char *ip,
  * An instance without endpoints evaluates INIT. */
 enum ctl_event ctl_inst_evaluate(const struct ctl_inst *in, const int64_t *retired,
                                  size_t n_retired);
+
+/* Heartbeat freshness of an instance's members (seed 001: partial loss). A member is a
+ * node manager that still hosts a rank not in `retired` (a pod a scale-down left without
+ * ranks is no longer one); it is stale when its last heartbeat is older than timeout_ms.
+ * `worst` is the stalest stale member (-1 when none) and worst_age_ms its age. */
+struct ctl_freshness {
+    size_t members, stale, fresh;
+    ssize_t worst;
+    int64_t worst_age_ms;
+};
+bool ctl_nm_is_member(const struct ctl_nm *nm, const int64_t *retired, size_t n_retired);
+void ctl_inst_freshness(const struct ctl_inst *in, int64_t now_ms, int64_t timeout_ms,
+                        const int64_t *retired, size_t n_retired, struct ctl_freshness *out);
 
 /* Heartbeat size rule (§5.6, newest): the reported ids must be exactly the NM's
  * endpoint ids, except that ids in `may_miss` may be absent. 0, or -EINVAL with a

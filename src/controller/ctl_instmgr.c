@@ -174,6 +174,134 @@ static void change_status(struct ctl *c, struct ctl_inst *in, enum wire_ins_stat
     ctl_push_reconcile(c, in);
 }
 
+/* ---- partial loss (seeds 001, 002) ------------------------------------------------------- */
+
+static const char GATE_RULE[] =
+    "active needs every member's last heartbeat within instance_heartbeat_timeout";
+static const char LOSS_RULE[] = "a member silent past the heartbeat timeout while others "
+                                "heartbeat: the survivors exit so the pod group is rescheduled";
+
+static void member_name(const struct ctl_nm *nm, char *buf, size_t cap)
+{
+    snprintf(buf, cap, strchr(nm->pod_ip, ':') ? "[%s]:%s" : "%s:%s", nm->pod_ip, nm->port);
+}
+
+/* A DP scale-down transaction is under way: its pods come and go on purpose (seed 002:
+ * "缩容事务中抑制 partial-loss shutdown"). */
+static bool in_scale_down(const struct ctl_inst *in)
+{
+    if (!in->ft)
+        return false;
+    switch (in->ft->phase) {
+    case FT_DECIDING:
+    case FT_WAITING_ENGINE_FAULT:
+    case FT_SCALING_DOWN:
+    case FT_POST_SCALE_CLEANUP:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static void freshness_of(struct ctl *c, const struct ctl_inst *in, int64_t timeout_ms,
+                         struct ctl_freshness *f)
+{
+    size_t n_retired;
+    int64_t *retired = ctl_retired(c, in, &n_retired);
+    ctl_inst_freshness(in, reactor_now(c->r), timeout_ms, retired, n_retired, f);
+    free(retired);
+}
+
+/* The freshness gate: a healthy peer's heartbeat must not make an instance routable while
+ * another member is silent (its last reported `normal` is no evidence). false = refused,
+ * logged once per member until it heartbeats again. */
+static bool gate_open(struct ctl *c, struct ctl_inst *in, const char *trigger)
+{
+    struct ctl_freshness f;
+    freshness_of(c, in, c->cfg.hb_timeout_active_ms, &f);
+    if (!f.stale)
+        return true;
+    struct ctl_nm *nm = &in->nms[f.worst];
+    if (!nm->gate_logged) {
+        nm->gate_logged = true;
+        char member[96];
+        member_name(nm, member, sizeof(member));
+        metrics_counter_inc(c->m.freshness_gate);
+        log_warn("instance_freshness_gate", LF_INT("instance_id", in->id),
+                 LF_STR("job_name", in->job_name),
+                 LF_STR("status", wire_ins_status_str(in->status)), LF_STR("member", member),
+                 LF_INT("heartbeat_age_ms", f.worst_age_ms), LF_INT("stale_members", f.stale),
+                 LF_INT("members", f.members), LF_STR("trigger", trigger),
+                 LF_STR("rule", GATE_RULE), LF_STR("decision", "kept out of the coordinator"));
+    }
+    return false;
+}
+
+/* The instance is about to be deleted for a heartbeat timeout: if some members still
+ * heartbeat, the instance is partially lost. Its survivors cannot serve alone and would
+ * re-register forever; they are told to exit through /node-manager/stop (exit 255 hands
+ * the pod group to the orchestrator, which reschedules it as one), except inside a DP
+ * scale-down transaction. */
+static void partial_loss(struct ctl *c, struct ctl_inst *in)
+{
+    struct ctl_freshness f;
+    freshness_of(c, in, c->cfg.hb_timeout_active_ms, &f);
+    if (!f.stale || !f.fresh)
+        return;
+    char member[96];
+    member_name(&in->nms[f.worst], member, sizeof(member));
+    bool suppress = in_scale_down(in);
+    metrics_counter_inc(
+        metrics_counter_labels(c->m.partial_loss, "action", suppress ? "suppressed" : "stop"));
+    log_warn("instance_partial_loss", LF_INT("instance_id", in->id),
+             LF_STR("job_name", in->job_name), LF_STR("member", member),
+             LF_INT("heartbeat_age_ms", f.worst_age_ms), LF_INT("stale_members", f.stale),
+             LF_INT("survivors", f.fresh), LF_STR("rule", LOSS_RULE),
+             LF_STR("action", suppress ? "suppressed_in_dp_scale_down" : "stop_survivors"),
+             LF_STR("ft_phase", in->ft ? ctl_ft_phase_name(in->ft->phase) : "none"));
+    if (suppress)
+        return;
+    size_t n_retired;
+    int64_t *retired = ctl_retired(c, in, &n_retired);
+    int64_t now = reactor_now(c->r);
+    for (size_t i = 0; i < in->n_nms; i++) {
+        struct ctl_nm *nm = &in->nms[i];
+        int64_t age = now - nm->last_hb_ms;
+        if (!ctl_nm_is_member(nm, retired, n_retired) || age > c->cfg.hb_timeout_active_ms)
+            continue;
+        member_name(nm, member, sizeof(member));
+        log_warn("partial_loss_survivor_stop", LF_INT("instance_id", in->id),
+                 LF_STR("job_name", in->job_name), LF_STR("member", member),
+                 LF_INT("heartbeat_age_ms", age), LF_STR("rule", LOSS_RULE));
+        char *url = ctl_nm_url(c, nm->pod_ip, nm->port, "/node-manager/stop");
+        ctl_http_fire(c, "POST", url, NULL, c->cfg.start_cmd_timeout_ms, "node_manager_stop",
+                      in->id);
+        free(url);
+    }
+    free(retired);
+    ctl_lost_add(c, in->id);
+}
+
+void ctl_lost_add(struct ctl *c, int64_t id)
+{
+    if (ctl_lost_has(c, id))
+        return;
+    size_t cap = sizeof(c->lost) / sizeof(c->lost[0]);
+    if (c->n_lost == cap) {
+        memmove(&c->lost[0], &c->lost[1], (cap - 1) * sizeof(c->lost[0]));
+        c->n_lost--;
+    }
+    c->lost[c->n_lost++] = id;
+}
+
+bool ctl_lost_has(const struct ctl *c, int64_t id)
+{
+    for (size_t i = 0; i < c->n_lost; i++)
+        if (c->lost[i] == id)
+            return true;
+    return false;
+}
+
 int ctl_apply_event(struct ctl *c, struct ctl_inst *in, enum ctl_event ev, const char *cause)
 {
     enum wire_ins_status to;
@@ -181,6 +309,10 @@ int ctl_apply_event(struct ctl *c, struct ctl_inst *in, enum ctl_event ev, const
         return -ENOENT;
     if (to == WIRE_INS_ACTIVE && in->separated && in->status != WIRE_INS_ACTIVE)
         return 0; /* forcibly separated instances are kept from returning to active */
+    if (to == WIRE_INS_ACTIVE && in->status != WIRE_INS_ACTIVE && !gate_open(c, in, cause))
+        return 0;
+    if (to == WIRE_INS_DELETED && ev == CTL_EV_HB_TIMEOUT)
+        partial_loss(c, in);
     change_status(c, in, to, ctl_event_name(ev), cause);
     return 0;
 }
@@ -236,7 +368,12 @@ static void mgr_check(struct ctl *c)
                                                         : c->cfg.hb_timeout_other_ms;
         size_t stale = 0, refreshed = 0;
         int64_t worst = 0;
+        size_t n_retired;
+        int64_t *retired = ctl_retired(c, in, &n_retired);
         for (size_t k = 0; k < in->n_nms; k++) {
+            /* A pod a scale-down left without ranks is no member: it may be gone. */
+            if (!ctl_nm_is_member(&in->nms[k], retired, n_retired))
+                continue;
             int64_t age = now - in->nms[k].last_hb_ms;
             if (age > timeout) {
                 stale++;
@@ -244,6 +381,7 @@ static void mgr_check(struct ctl *c)
                 worst = MOTOR_MAX(worst, age);
             }
         }
+        free(retired);
         if (!stale)
             continue;
         char cause[128];

@@ -64,6 +64,8 @@ struct ctl_metrics {
     struct metrics_counter *start_ok, *start_failed;
     struct metrics_family *transitions; /* to */
     struct metrics_counter *isolation_suppressed;
+    struct metrics_counter *freshness_gate; /* transitions to active refused (stale member) */
+    struct metrics_family *partial_loss;    /* action */
     struct metrics_counter *coord_restarts; /* coordinator restarts seen by boot id */
     struct metrics_counter *reloads_ok, *reloads_failed;
 };
@@ -129,6 +131,10 @@ struct ctl {
     struct list_head calls;     /* struct ctl_call in flight (ctl_request) */
     struct ctl_restop *restops; /* NMs recently told to stop again (rate limit) */
     size_t n_restops;
+    /* Instances deleted for partial loss (survivors told to stop): a re-registration of one
+     * is refused with 410 and the stop repeated (bounded ring, ids are never reused). */
+    int64_t lost[64];
+    size_t n_lost;
 
     struct ctl_metrics m;
     struct ctl_obs *obs; /* alarms and the observability listener (ctl_obs.c) */
@@ -289,6 +295,10 @@ void ctl_strategy_finished(struct ctl *c, int64_t instance_id, const char *strat
 int64_t *ctl_retired(struct ctl *c, const struct ctl_inst *in, size_t *n);
 /* Stop the instance's running strategy (instance removed). */
 void ctl_strategy_detach(struct ctl *c, struct ctl_inst *in);
+/* Partial loss: remember / ask whether an instance was deleted with its survivors told
+ * to stop (ctl_instmgr.c). */
+void ctl_lost_add(struct ctl *c, int64_t id);
+bool ctl_lost_has(const struct ctl *c, int64_t id);
 
 /* ---- strategies --------------------------------------------------------------------- */
 #define STRAT_RELAUNCH "EngineRelaunchStrategy"
@@ -303,7 +313,7 @@ struct ctl_strategy {
     int64_t instance_id;
     const struct ctl_fsm *fsm; /* the strategy's table */
     int state;                 /* in fsm; a terminal state = finished */
-    int inflight; /* requests in flight: the object lives until they all finished */
+    int inflight;              /* requests in flight: the object lives until they all finished */
     struct reactor_timer timer;
     void (*free_fn)(struct ctl_strategy *s);
     /* The instance went away: move to the strategy's DETACHED state (terminal, nothing

@@ -171,6 +171,39 @@ static void test_hb_size_rule(void **state)
     ctl_inst_free(in);
 }
 
+/* Seed 001: the freshness of an instance's members. A pod whose every rank is retired is
+ * no member; the stalest stale member is reported with its age. */
+static void test_freshness(void **state)
+{
+    (void)state;
+    const char *nms[] = {"nn", "nn", "n", NULL};
+    struct ctl_inst *in = mk(nms, false);
+    in->nms[0].last_hb_ms = 10000;
+    in->nms[1].last_hb_ms = 4000;
+    in->nms[2].last_hb_ms = 1000;
+    struct ctl_freshness f;
+    ctl_inst_freshness(in, 10000, 3000, NULL, 0, &f);
+    assert_int_equal(f.members, 3);
+    assert_int_equal(f.stale, 2);
+    assert_int_equal(f.fresh, 1);
+    assert_int_equal(f.worst, 2);
+    assert_int_equal(f.worst_age_ms, 9000);
+    /* NM 2 (rank 4) retired by a scale-down: no member, so not stale either. */
+    int64_t retired[] = {4};
+    assert_false(ctl_nm_is_member(&in->nms[2], retired, 1));
+    assert_true(ctl_nm_is_member(&in->nms[1], retired, 1));
+    ctl_inst_freshness(in, 10000, 3000, retired, 1, &f);
+    assert_int_equal(f.members, 2);
+    assert_int_equal(f.stale, 1);
+    assert_int_equal(f.worst, 1);
+    assert_int_equal(f.worst_age_ms, 6000);
+    /* Within the timeout (the boundary included): nothing stale. */
+    ctl_inst_freshness(in, 7000, 6000, retired, 1, &f);
+    assert_int_equal(f.stale, 0);
+    assert_int_equal(f.worst, -1);
+    ctl_inst_free(in);
+}
+
 static void test_find_nm_same_host(void **state)
 {
     (void)state;
@@ -328,6 +361,7 @@ int main(void)
         cmocka_unit_test(test_incarnations_are_unique),
         cmocka_unit_test(test_evaluate),
         cmocka_unit_test(test_hb_size_rule),
+        cmocka_unit_test(test_freshness),
         cmocka_unit_test(test_find_nm_same_host),
         cmocka_unit_test(test_store_roundtrip),
         cmocka_unit_test(test_coord_shape),
