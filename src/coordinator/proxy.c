@@ -499,6 +499,8 @@ static void rec_note(struct preq *pr, const char *data, size_t len)
 {
     if (!pr->rec.max)
         return;
+    if (!pr->rec.buf)
+        strbuf_grow(&pr->rec, MOTOR_MAX(len, (size_t)4096));
     if (strbuf_append(&pr->rec, data, len) < 0) {
         strbuf_release(&pr->rec);
         pr->rec.max = 0;
@@ -558,12 +560,30 @@ static size_t rec_boundary(const struct strbuf *rec, size_t lo)
     return lo;
 }
 
+/* The union route: the stream's last PROXY_TAIL bytes. */
+static void tail_note(struct preq *pr, const char *data, size_t len)
+{
+    if (len >= PROXY_TAIL) {
+        memcpy(pr->tail, data + len - PROXY_TAIL, PROXY_TAIL);
+        pr->tail_len = PROXY_TAIL;
+        return;
+    }
+    size_t keep = MOTOR_MIN((size_t)pr->tail_len, PROXY_TAIL - len);
+    memmove(pr->tail, pr->tail + pr->tail_len - keep, keep);
+    memcpy(pr->tail + keep, data, len);
+    pr->tail_len = (uint8_t)(keep + len);
+}
+
 /* The union route with recording: forward complete events only, so that a continuation
  * splices onto a clean event boundary. */
 static int rec_forward(struct preq *pr, const char *data, size_t len)
 {
+    if (!pr->rec.buf)
+        strbuf_grow(&pr->rec, MOTOR_MAX(len, (size_t)4096)); /* one allocation, not six */
     if (strbuf_append(&pr->rec, data, len) < 0) {
         /* too long to re-send: forward everything from now on, as without recording */
+        tail_note(pr, pr->rec.buf, pr->rec.len);
+        tail_note(pr, data, len);
         int rc = 0;
         if (pr->rec_out < pr->rec.len)
             rc = httpd_stream_write(pr->hreq, pr->rec.buf + pr->rec_out, pr->rec.len - pr->rec_out);
@@ -580,29 +600,19 @@ static int rec_forward(struct preq *pr, const char *data, size_t len)
     return rc;
 }
 
-/* The union route: the stream's last PROXY_TAIL bytes. */
-static void tail_note(struct preq *pr, const char *data, size_t len)
-{
-    if (len >= PROXY_TAIL) {
-        memcpy(pr->tail, data + len - PROXY_TAIL, PROXY_TAIL);
-        pr->tail_len = PROXY_TAIL;
-        return;
-    }
-    size_t keep = MOTOR_MIN((size_t)pr->tail_len, PROXY_TAIL - len);
-    memmove(pr->tail, pr->tail + pr->tail_len - keep, keep);
-    memcpy(pr->tail + keep, data, len);
-    pr->tail_len = (uint8_t)(keep + len);
-}
-
 /* Did the stream end as a finished OpenAI stream does, with data: [DONE]? */
 static bool stream_finished(const struct preq *pr)
 {
     if (pr->mode != MODE_SINGLE || pr->rs)
         return pr->done_seen;
-    size_t n = pr->tail_len;
-    while (n && (pr->tail[n - 1] == '\n' || pr->tail[n - 1] == '\r'))
+    /* recording: the stream is in rec; else its last bytes are in tail */
+    const char *t = pr->rec.max ? pr->rec.buf : pr->tail;
+    size_t n = pr->rec.max ? pr->rec.len : pr->tail_len;
+    if (!t)
+        return false;
+    while (n && (t[n - 1] == '\n' || t[n - 1] == '\r'))
         n--;
-    return n >= 6 && memcmp(pr->tail + n - 6, "[DONE]", 6) == 0;
+    return n >= 6 && memcmp(t + n - 6, "[DONE]", 6) == 0;
 }
 
 /* The main leg's first byte of a 2xx answer (state DECODE): the breaker's verdict, and
@@ -690,8 +700,12 @@ static int leg_on_chunk(const char *data, size_t len, void *arg)
             return 1;
         }
     } else {
-        tail_note(pr, data, len);
-        rc = pr->rec.max ? rec_forward(pr, data, len) : httpd_stream_write(pr->hreq, data, len);
+        if (pr->rec.max) {
+            rc = rec_forward(pr, data, len);
+        } else {
+            tail_note(pr, data, len);
+            rc = httpd_stream_write(pr->hreq, data, len);
+        }
     }
     /* A gone client: on_close follows and cancels everything. */
     return rc != 0 ? 1 : 0;
@@ -845,7 +859,10 @@ static void main_done(struct preq *pr, struct leg *leg, const struct httpc_respo
         preq_end(pr, REQ_EV_COMPLETE, NO_CAUSE, &(struct answer){.status = 200});
         return;
     }
-    if (!resume_json_complete(strbuf_str(&leg->body), leg->body.len)) {
+    /* A body framed by chunks can end cleanly half-way: scanned whole. One framed by
+     * Content-Length is what the engine meant to send: only its last byte is checked. */
+    if (resp->length_framed ? !resume_json_closed(strbuf_str(&leg->body), leg->body.len)
+                            : !resume_json_complete(strbuf_str(&leg->body), leg->body.len)) {
         /* nothing reached the client: the whole request is tried again */
         attempt_failed(pr, leg, CAUSE_UPSTREAM_PROTOCOL,
                        "upstream body ended before its JSON document did");

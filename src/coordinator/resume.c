@@ -304,3 +304,11 @@ bool resume_json_complete(const char *body, size_t len)
     }
     return false;
 }
+
+bool resume_json_closed(const char *body, size_t len)
+{
+    while (len && (body[len - 1] == ' ' || body[len - 1] == '\n' || body[len - 1] == '\r' ||
+                   body[len - 1] == '\t'))
+        len--;
+    return len && (body[len - 1] == '}' || body[len - 1] == ']');
+}

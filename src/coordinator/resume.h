@@ -63,5 +63,7 @@ bool resume_rewrite(json_t *ev, const struct resume_state *st);
  * white space allowed)? A cheap structural scan (no tree, strings skipped), to tell a
  * non-streamed answer the engine cut short from a complete one. */
 bool resume_json_complete(const char *body, size_t len);
+/* The cheap half: does body[0..len) end (white space aside) with '}' or ']'? */
+bool resume_json_closed(const char *body, size_t len);
 
 #endif
