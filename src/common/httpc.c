@@ -303,6 +303,7 @@ static void finish(struct httpc_req *q, int err, const char *text)
             .body_len = q->resp.len,
             .content_type = q->have_head && q->head.has_ctype ? q->head.ctype : NULL,
             .elapsed_ms = util_mono_ms() - q->start_ms,
+            .length_framed = q->have_head && q->body == HTTP1_BODY_LENGTH,
         };
         if (q->done)
             q->done(&resp, q->arg);

@@ -39,6 +39,10 @@ struct httpc_response {
     size_t body_len;
     const char *content_type; /* may be NULL */
     int64_t elapsed_ms;
+    /* The body's end was set by Content-Length (so, without error, the whole body the
+     * server meant arrived); false for a chunked or close-delimited body, which a server
+     * can end cleanly before its content is complete. */
+    bool length_framed;
 };
 
 typedef void (*httpc_done_cb)(const struct httpc_response *resp, void *arg);

@@ -51,6 +51,10 @@ struct ccfg {
     int breaker_threshold;       /* (motor) circuit_breaker_failure_threshold 3 */
     int64_t breaker_open_ms;     /* (motor) circuit_breaker_open_timeout 30 s */
     int64_t breaker_max_open_ms; /* (motor) circuit_breaker_max_open_timeout 300 s */
+    /* reschedule_config: mid-stream rescheduling (proxy.c) */
+    bool reschedule_enable;         /* enable (upstream: off; Motor: on) */
+    int max_reschedule;             /* (motor) continuations per answer, 3 */
+    int64_t inter_token_timeout_ms; /* (motor) a silent stream is a failed leg, 30 s (0 off) */
     /* timeout_config */
     int64_t first_token_timeout_ms; /* 600 s */
     int64_t infer_timeout_ms;       /* 3600 s */

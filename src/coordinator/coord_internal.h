@@ -38,6 +38,7 @@ enum coord_cause {
     CAUSE_INFER_TIMEOUT,
     CAUSE_CLIENT_DISCONNECT,
     CAUSE_SHUTDOWN,
+    CAUSE_INTER_TOKEN_TIMEOUT,
     CAUSE_COUNT
 };
 
@@ -50,6 +51,8 @@ struct coord_metrics {
     struct metrics_counter *errors[CAUSE_COUNT];
     struct metrics_counter *retries;
     struct metrics_counter *breaker_trips;
+    struct metrics_counter *reschedules, *reschedule_refused; /* mid-stream (proxy.c) */
+    struct metrics_histogram *reschedule_gap;
     struct metrics_family *legs; /* {role, outcome} */
     /* Children looked up once at start (a lookup takes the registry mutex). */
     struct metrics_counter *req_cache[3][COORD_CODES];
@@ -83,13 +86,13 @@ struct coord_worker {
      * returned (DAEMON_EXITED unless the coordinator is stopping). */
     _Atomic int64_t beat_ms;
     atomic_bool exited;
-    uint64_t seq;      /* request ids */
+    uint64_t seq;        /* request ids */
     char rid_prefix[32]; /* "motor-<boot>-<worker>-", formatted once (handle_infer) */
     size_t rid_prefix_len;
     struct list_head live; /* struct preq: proxied requests in progress */
     int n_live;
     struct reqfsm_stats fsm_stats; /* the requests' state-machine events (reqfsm.h) */
-    struct reactor_timer sweep; /* request deadlines, while requests are live */
+    struct reactor_timer sweep;    /* request deadlines, while requests are live */
     int64_t sweep_ms;
     bool draining;
     int64_t drain_deadline;

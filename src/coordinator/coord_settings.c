@@ -18,6 +18,9 @@ struct csettings *csettings_new(const struct ccfg *cfg, uint64_t version)
     s->max_retry = cfg->max_retry;
     s->transport_max_retry = cfg->transport_max_retry;
     s->retry_delay_ms = cfg->retry_delay_ms;
+    s->reschedule_enable = cfg->reschedule_enable;
+    s->max_reschedule = cfg->max_reschedule;
+    s->inter_token_timeout_ms = cfg->inter_token_timeout_ms;
     s->first_token_timeout_ms = cfg->first_token_timeout_ms;
     s->infer_timeout_ms = cfg->infer_timeout_ms;
     s->connect_timeout_ms = cfg->connect_timeout_ms;
@@ -28,6 +31,8 @@ struct csettings *csettings_new(const struct ccfg *cfg, uint64_t version)
         s->api_keys[i] = xstrdup(cfg->api_keys[i]);
     s->n_api_keys = cfg->n_api_keys;
     int64_t shortest = MOTOR_MIN(s->first_token_timeout_ms, s->infer_timeout_ms);
+    if (s->inter_token_timeout_ms > 0)
+        shortest = MOTOR_MIN(shortest, s->inter_token_timeout_ms);
     s->sweep_ms = MOTOR_MAX((int64_t)10, MOTOR_MIN((int64_t)100, shortest / 10));
     return s;
 }

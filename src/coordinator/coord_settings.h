@@ -34,6 +34,10 @@ struct csettings {
     int max_retry;
     int transport_max_retry; /* -1 = max_retry */
     int64_t retry_delay_ms;
+    /* reschedule_config */
+    bool reschedule_enable;
+    int max_reschedule;
+    int64_t inter_token_timeout_ms; /* 0: none */
     /* timeout_config */
     int64_t first_token_timeout_ms;
     int64_t infer_timeout_ms;

@@ -30,6 +30,7 @@ static const char *const cause_names[CAUSE_COUNT] = {
     [CAUSE_INFER_TIMEOUT] = "infer_timeout",
     [CAUSE_CLIENT_DISCONNECT] = "client_disconnect",
     [CAUSE_SHUTDOWN] = "shutdown",
+    [CAUSE_INTER_TOKEN_TIMEOUT] = "inter_token_timeout",
 };
 
 static void metrics_cache(struct coord *c);
@@ -49,6 +50,18 @@ static void metrics_setup(struct coord *c)
     m->retries =
         metrics_counter_new(m->reg, "motor_coordinator_retries_total",
                             "Attempts repeated on another instance before the first byte.");
+    struct metrics_family *rs = metrics_counter_family(
+        m->reg, "motor_coordinator_reschedules_total",
+        "Streamed answers whose leg failed mid-stream, by what followed: continued on another "
+        "instance (started), ended in-band because they could not be (refused).",
+        "outcome");
+    m->reschedules = metrics_counter_labels(rs, "outcome", "started");
+    m->reschedule_refused = metrics_counter_labels(rs, "outcome", "refused");
+    static const double rs_b[] = {.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30};
+    m->reschedule_gap = metrics_histogram_new(
+        m->reg, "motor_coordinator_reschedule_gap_seconds",
+        "Time from a stream's failure to its continuation's first byte (the added latency).", rs_b,
+        ARRAY_LEN(rs_b));
     m->breaker_trips = metrics_counter_new(m->reg, "motor_coordinator_breaker_trips_total",
                                            "Times an instance's circuit breaker opened.");
     m->legs =

@@ -27,6 +27,7 @@
 #include "coordinator/pdreq.h"
 #include "coordinator/reqfsm.h"
 #include "coordinator/reqscan.h"
+#include "coordinator/resume.h"
 #include "coordinator/sse.h"
 
 #include <errno.h>
@@ -42,6 +43,10 @@
 #define PROXY_MAX_AVOID 32
 #define PROXY_BACKOFF_MAX_MS 5000
 #define PROXY_DRAIN_POLL_MS 50
+/* A streamed answer is recorded (the events the client got) up to this size, for a
+ * continuation elsewhere should its leg fail; a longer one can only end in-band. */
+#define PROXY_REC_MAX (8u << 20)
+#define PROXY_TAIL 16 /* bytes kept of a union stream's end: did it end with [DONE]? */
 
 enum api { API_COMPLETIONS = 0, API_CHAT };
 static const char *const api_names[] = {"completions", "chat_completions"};
@@ -79,8 +84,8 @@ struct preq {
     struct coord_worker *w;
     struct coord *c;
     struct httpd_req *hreq; /* NULL once closed */
-    struct list_head link; /* on the worker's live list */
-    struct reqfsm fsm;     /* where the request is: the only phase it has */
+    struct list_head link;  /* on the worker's live list */
+    struct reqfsm fsm;      /* where the request is: the only phase it has */
     enum api api;
     /* What routing needs from the client's body (reqscan: no tree on the union route). */
     struct reqscan scan;
@@ -104,6 +109,21 @@ struct preq {
     struct reactor_timer t_backoff;
     int64_t first_deadline_ms; /* first_token_timeout, checked by the worker's sweep */
     struct sse_parser sse;     /* in use while STREAMING on a PD route (sse_in_use) */
+    /* Mid-stream rescheduling (streamed requests). rec holds the complete events the
+     * client got (max 0: not recording: disabled, or over PROXY_REC_MAX); on the union
+     * route rec also holds the bytes after the last complete event, not yet sent
+     * (rec_out: what was). */
+    struct strbuf rec;
+    size_t rec_out;
+    char tail[PROXY_TAIL]; /* union route: the stream's last bytes */
+    uint8_t tail_len;
+    bool done_seen;       /* the SSE parser passed data: [DONE] */
+    int64_t last_byte_ms; /* STREAMING: the main leg's last byte (inter_token_timeout) */
+    int reschedules;
+    int64_t resched_us;      /* when the last continuation began (its gap metric) */
+    struct resume_state *rs; /* set once rescheduled: what continuations splice onto */
+    json_t *cont;            /* the continuation's body (in place of body) */
+    char up_rid[80];         /* the upstream request id once rescheduled: rid-rN */
     int64_t start_us;
     int64_t deadline_ms;
     /* the last failure, answered when no retry is left */
@@ -127,7 +147,7 @@ static enum reqfsm_state state_of(const struct preq *pr)
 /* The one transition function for non-terminal events (terminal ones: preq_end). False
  * when the table refused the event (logged and counted by reqfsm_step): do nothing. */
 static inline __attribute__((always_inline)) bool step(struct preq *pr, enum reqfsm_event ev,
-                                                        const char *cause)
+                                                       const char *cause)
 {
     return reqfsm_step(&pr->fsm, ev, &pr->w->fsm_stats, pr->rid, cause) >= 0;
 }
@@ -136,7 +156,20 @@ static inline __attribute__((always_inline)) bool step(struct preq *pr, enum req
  * union answer is forwarded as it comes. */
 static bool sse_in_use(const struct preq *pr, enum reqfsm_state st)
 {
-    return st == REQ_STREAMING && pr->mode != MODE_SINGLE;
+    return st == REQ_STREAMING && (pr->mode != MODE_SINGLE || pr->rs);
+}
+
+/* The body the legs are made from: the client's, or a continuation's. */
+static json_t *req_tree(const struct preq *pr)
+{
+    return pr->cont ? pr->cont : pr->body;
+}
+
+/* The request id sent upstream: a continuation gets its own (the failed engine may still
+ * hold the first, and a prefill ticket is per request id). */
+static const char *up_rid(const struct preq *pr)
+{
+    return pr->reschedules ? pr->up_rid : pr->rid;
 }
 
 /* ---- small helpers ------------------------------------------------------------------- */
@@ -301,24 +334,34 @@ static void preq_end(struct preq *pr, enum reqfsm_event ev, int cause, const str
     if (from < 0)
         return;
     struct httpd_req *req = pr->hreq;
-    bool streaming = from == REQ_STREAMING;
+    bool streaming = from == REQ_STREAMING || from == REQ_RESUMING;
     if (streaming && req) {
-        if (a->msg) {
+        const char *msg = a->msg;
+        char cmsg[200];
+        if (!msg && a->status >= 400) {
+            /* a continuation's leg refused or failed: its answer cannot be passed on */
+            snprintf(cmsg, sizeof(cmsg), "the continuation of this answer failed: %s",
+                     a->why ? a->why : "upstream error");
+            msg = cmsg;
+        }
+        if (msg) {
             /* The head went out: tell the client in-band. */
             struct strbuf sb;
             strbuf_init(&sb, 4096);
             strbuf_puts(&sb, "data: {\"error\":{\"message\":");
-            strbuf_put_json_string(&sb, a->msg);
+            strbuf_put_json_string(&sb, msg);
             strbuf_appendf(&sb, ",\"type\":\"%s\",\"code\":%d}}\n\n",
                            cause == CAUSE_INFER_TIMEOUT ? "timeout" : "upstream_error",
                            cause == CAUSE_INFER_TIMEOUT ? 504 : 502);
             httpd_stream_write(req, strbuf_str(&sb), sb.len);
             strbuf_release(&sb);
-        } else if (sse_in_use(pr, REQ_STREAMING)) {
+        } else if (sse_in_use(pr, (enum reqfsm_state)from)) {
             size_t n;
             const char *rest = sse_pending(&pr->sse, &n);
             if (n)
                 httpd_stream_write(req, rest, n);
+        } else if (from == REQ_STREAMING && pr->rec_out < pr->rec.len) {
+            httpd_stream_write(req, pr->rec.buf + pr->rec_out, pr->rec.len - pr->rec_out);
         }
     }
     reactor_timer_stop(pr->w->r, &pr->t_backoff);
@@ -326,6 +369,7 @@ static void preq_end(struct preq *pr, enum reqfsm_event ev, int cause, const str
     leg_release(pr, &pr->legs[LEG_MAIN]);
     if (sse_in_use(pr, (enum reqfsm_state)from))
         sse_release(&pr->sse);
+    strbuf_release(&pr->rec);
     if (cause != NO_CAUSE)
         coord_count_error(pr->c, (enum coord_cause)cause);
     record_end(pr, a->status);
@@ -361,8 +405,8 @@ static void pass_through(struct preq *pr, struct leg *leg)
     char why[48];
     snprintf(why, sizeof(why), "engine answered HTTP %ld", leg->status);
     preq_end(pr, REQ_EV_PASS_THROUGH, CAUSE_UPSTREAM_STATUS,
-             &(struct answer){.status = (int)leg->status, .ctype = ct, .body = body, .len = len,
-                              .why = why});
+             &(struct answer){
+                 .status = (int)leg->status, .ctype = ct, .body = body, .len = len, .why = why});
     free(ct);
     free(body);
 }
@@ -383,8 +427,10 @@ static void give_up(struct preq *pr)
         char *body = pr->fail_body;
         pr->fail_body = NULL;
         preq_end(pr, REQ_EV_GIVE_UP, pr->fail_cause,
-                 &(struct answer){.status = pr->fail_status, .ctype = pr->fail_ctype,
-                                  .body = body ? body : "", .len = body ? pr->fail_len : 0,
+                 &(struct answer){.status = pr->fail_status,
+                                  .ctype = pr->fail_ctype,
+                                  .body = body ? body : "",
+                                  .len = body ? pr->fail_len : 0,
                                   .why = pr->fail_msg});
         free(body);
         return;
@@ -448,6 +494,21 @@ static void attempt_failed(struct preq *pr, struct leg *leg, enum coord_cause ca
 
 /* ---- main-leg output --------------------------------------------------------------- */
 
+/* Keep what the client got, for a continuation (stop recording past the cap). */
+static void rec_note(struct preq *pr, const char *data, size_t len)
+{
+    if (!pr->rec.max)
+        return;
+    if (!pr->rec.buf)
+        strbuf_grow(&pr->rec, MOTOR_MAX(len, (size_t)4096));
+    if (strbuf_append(&pr->rec, data, len) < 0) {
+        strbuf_release(&pr->rec);
+        pr->rec.max = 0;
+        return;
+    }
+    pr->rec_out = pr->rec.len;
+}
+
 static int on_sse_event(const char *raw, size_t raw_len, const char *data, size_t data_len,
                         bool has_data, void *arg)
 {
@@ -456,18 +517,102 @@ static int on_sse_event(const char *raw, size_t raw_len, const char *data, size_
         return 1;
     int rc;
     json_t *j = NULL;
-    if (has_data && pdreq_has_internal(data, data_len) &&
-        (j = json_loadb(data, data_len, 0, NULL)) && pdreq_strip_response(j)) {
+    if (has_data && data_len == 6 && memcmp(data, "[DONE]", 6) == 0)
+        pr->done_seen = true;
+    if (pr->rs && has_data && data_len && data[0] == '{' &&
+        (j = json_loadb(data, data_len, 0, NULL)) && json_is_object(j)) {
+        /* a continuation: its events become part of the first answer */
+        if (!resume_rewrite(j, pr->rs)) {
+            json_decref(j);
+            return 0;
+        }
         char *s = json_dumps(j, JSON_COMPACT);
         char *ev = xasprintf("data: %s\n\n", s ? s : "{}");
         rc = httpd_stream_write(pr->hreq, ev, strlen(ev));
+        rec_note(pr, ev, strlen(ev));
+        free(ev);
+        free(s);
+    } else if (has_data && pdreq_has_internal(data, data_len) &&
+               (j = json_loadb(data, data_len, 0, NULL)) && pdreq_strip_response(j)) {
+        char *s = json_dumps(j, JSON_COMPACT);
+        char *ev = xasprintf("data: %s\n\n", s ? s : "{}");
+        rc = httpd_stream_write(pr->hreq, ev, strlen(ev));
+        rec_note(pr, ev, strlen(ev));
         free(ev);
         free(s);
     } else {
         rc = httpd_stream_write(pr->hreq, raw, raw_len);
+        rec_note(pr, raw, raw_len);
     }
     json_decref(j);
     return rc < 0 ? 1 : 0;
+}
+
+/* The end of the last complete event in rec[lo..len) (a blank line: LF LF or LF CR LF),
+ * or lo when there is none. */
+static size_t rec_boundary(const struct strbuf *rec, size_t lo)
+{
+    const char *b = rec->buf;
+    for (size_t i = rec->len; i >= lo + 2 && i >= 2; i--)
+        if (b[i - 1] == '\n' &&
+            (b[i - 2] == '\n' || (i >= 3 && b[i - 2] == '\r' && b[i - 3] == '\n')))
+            return i;
+    return lo;
+}
+
+/* The union route: the stream's last PROXY_TAIL bytes. */
+static void tail_note(struct preq *pr, const char *data, size_t len)
+{
+    if (len >= PROXY_TAIL) {
+        memcpy(pr->tail, data + len - PROXY_TAIL, PROXY_TAIL);
+        pr->tail_len = PROXY_TAIL;
+        return;
+    }
+    size_t keep = MOTOR_MIN((size_t)pr->tail_len, PROXY_TAIL - len);
+    memmove(pr->tail, pr->tail + pr->tail_len - keep, keep);
+    memcpy(pr->tail + keep, data, len);
+    pr->tail_len = (uint8_t)(keep + len);
+}
+
+/* The union route with recording: forward complete events only, so that a continuation
+ * splices onto a clean event boundary. */
+static int rec_forward(struct preq *pr, const char *data, size_t len)
+{
+    if (!pr->rec.buf)
+        strbuf_grow(&pr->rec, MOTOR_MAX(len, (size_t)4096)); /* one allocation, not six */
+    if (strbuf_append(&pr->rec, data, len) < 0) {
+        /* too long to re-send: forward everything from now on, as without recording */
+        tail_note(pr, pr->rec.buf, pr->rec.len);
+        tail_note(pr, data, len);
+        int rc = 0;
+        if (pr->rec_out < pr->rec.len)
+            rc = httpd_stream_write(pr->hreq, pr->rec.buf + pr->rec_out, pr->rec.len - pr->rec_out);
+        strbuf_release(&pr->rec);
+        pr->rec.max = 0;
+        pr->rec_out = 0;
+        return rc ? rc : httpd_stream_write(pr->hreq, data, len);
+    }
+    size_t end = rec_boundary(&pr->rec, pr->rec_out);
+    if (end == pr->rec_out)
+        return 0;
+    int rc = httpd_stream_write(pr->hreq, pr->rec.buf + pr->rec_out, end - pr->rec_out);
+    pr->rec_out = end;
+    return rc;
+}
+
+/* Did the stream end as a finished OpenAI stream does, with data: [DONE]? */
+static bool stream_finished(const struct preq *pr)
+{
+    if (pr->mode != MODE_SINGLE || pr->rs)
+        return pr->done_seen;
+    /* recording: the stream is in rec; else its last bytes are in tail */
+    const char *t = pr->rec.max ? pr->rec.buf : pr->tail;
+    size_t n = pr->rec.max ? pr->rec.len : pr->tail_len;
+    if (!t)
+        return false;
+    while (n && (t[n - 1] == '\n' || t[n - 1] == '\r'))
+        n--;
+    return n >= 6 && memcmp(t + n - 6, "[DONE]", 6) == 0;
 }
 
 /* The main leg's first byte of a 2xx answer (state DECODE): the breaker's verdict, and
@@ -479,9 +624,23 @@ static void first_byte(struct preq *pr, struct leg *leg)
             leg_verdict(pr, leg, 1);
         return;
     }
+    bool resumed = state_of(pr) == REQ_RESUMING;
     if (!step(pr, REQ_EV_STREAM_START, NULL))
         return;
     leg_verdict(pr, leg, 1);
+    pr->last_byte_ms = now_ms(pr);
+    if (resumed) {
+        /* A continuation: the head went out long ago; its events are spliced. */
+        int64_t gap_us = util_mono_us() - pr->resched_us;
+        metrics_histogram_observe(pr->c->m.reschedule_gap, (double)gap_us / 1e6);
+        log_info("stream_resumed", LF_STR("request_id", pr->rid),
+                 LF_INT("instance_id", leg->inst->id), LF_INT("gap_ms", gap_us / 1000),
+                 LF_INT("reschedules", pr->reschedules));
+        sse_init(&pr->sse, PROXY_SSE_LINE_MAX, PROXY_SSE_EVENT_MAX);
+        return;
+    }
+    if (pr->set->reschedule_enable && pr->set->max_reschedule > 0)
+        strbuf_init(&pr->rec, PROXY_REC_MAX);
     metrics_histogram_observe(pr->c->m.ttft, (double)(util_mono_us() - pr->start_us) / 1e6);
     httpd_add_header(pr->hreq, "X-Request-Id", pr->rid);
     httpd_add_header(pr->hreq, "Cache-Control", "no-cache");
@@ -525,10 +684,12 @@ static int leg_on_chunk(const char *data, size_t len, void *arg)
         return 0;
     }
     /* The streamed main leg. */
-    if (state_of(pr) == REQ_DECODE)
+    enum reqfsm_state st = state_of(pr);
+    if (st == REQ_DECODE || st == REQ_RESUMING)
         first_byte(pr, leg);
     if (!pr->hreq || state_of(pr) != REQ_STREAMING)
         return 1;
+    pr->last_byte_ms = now_ms(pr);
     int rc;
     if (sse_in_use(pr, REQ_STREAMING)) {
         rc = sse_feed(&pr->sse, data, len, on_sse_event, pr);
@@ -539,10 +700,118 @@ static int leg_on_chunk(const char *data, size_t len, void *arg)
             return 1;
         }
     } else {
-        rc = httpd_stream_write(pr->hreq, data, len);
+        if (pr->rec.max) {
+            rc = rec_forward(pr, data, len);
+        } else {
+            tail_note(pr, data, len);
+            rc = httpd_stream_write(pr->hreq, data, len);
+        }
     }
     /* A gone client: on_close follows and cancels everything. */
     return rc != 0 ? 1 : 0;
+}
+
+static bool preq_tree(struct preq *pr);
+
+/* A streamed leg failed after the head went out (state STREAMING): continue the answer
+ * on another instance (mid-stream rescheduling). False when it cannot be: disabled, the
+ * bound reached, not recorded, a request shape resume_body refuses — why says which.
+ * True when the request went on (RESUMING) or was answered. */
+static bool reschedule(struct preq *pr, struct leg *leg, const char *error, const char **why)
+{
+    char err[160];
+    if (!pr->set->reschedule_enable) {
+        *why = "reschedule_config.enable is off";
+        return false;
+    }
+    if (pr->reschedules >= pr->set->max_reschedule) {
+        *why = "reschedule_config.max_reschedule reached";
+        return false;
+    }
+    if (!pr->rec.max) {
+        *why = "the answer so far is over the recording limit";
+        return false;
+    }
+    if (!pr->hreq)
+        return false;
+    if (!preq_tree(pr))
+        return true; /* answered */
+    struct resume_state *rs = xcalloc(1, sizeof(*rs));
+    json_t *cont = NULL;
+    if (resume_scan(pr->rec.buf ? pr->rec.buf : "", pr->rec_out, pr->api == API_CHAT, rs, err,
+                    sizeof(err)) == 0 &&
+        !rs->finished)
+        cont = resume_body(pr->body, rs, err, sizeof(err));
+    if (rs->finished && !cont) {
+        /* Every token arrived, only the end is missing: finish the stream ourselves. */
+        resume_release(rs);
+        free(rs);
+        if (sse_in_use(pr, REQ_STREAMING))
+            sse_release(&pr->sse);
+        pr->rec.len = pr->rec_out; /* an unfinished event stays unsent */
+        if (pr->hreq)
+            httpd_stream_write(pr->hreq, "data: [DONE]\n\n", 14);
+        log_info("stream_end_supplied", LF_STR("request_id", pr->rid), LF_STR("error", error));
+        preq_end(pr, REQ_EV_COMPLETE, NO_CAUSE, &(struct answer){.status = 200});
+        return true;
+    }
+    if (!cont) {
+        resume_release(rs);
+        free(rs);
+        snprintf(pr->fail_msg, sizeof(pr->fail_msg), "cannot continue: %s", err);
+        *why = pr->fail_msg;
+        return false;
+    }
+    if (sse_in_use(pr, REQ_STREAMING))
+        sse_release(&pr->sse);
+    if (!step(pr, REQ_EV_RESCHEDULE, error)) {
+        json_decref(cont);
+        resume_release(rs);
+        free(rs);
+        return true;
+    }
+    avoid_add(pr, leg);
+    leg_release(pr, &pr->legs[LEG_PREFILL]);
+    leg_release(pr, &pr->legs[LEG_MAIN]);
+    /* what was received after the last complete event was never sent: dropped */
+    pr->rec.len = pr->rec_out;
+    if (pr->rec.buf)
+        pr->rec.buf[pr->rec.len] = '\0';
+    if (pr->rs) {
+        resume_release(pr->rs);
+        free(pr->rs);
+    }
+    pr->rs = rs;
+    json_decref(pr->cont);
+    pr->cont = cont;
+    pr->reschedules++;
+    pr->done_seen = false;
+    snprintf(pr->up_rid, sizeof(pr->up_rid), "%s-r%d", pr->rid, pr->reschedules);
+    pr->resched_us = util_mono_us();
+    pr->first_deadline_ms = now_ms(pr) + pr->set->first_token_timeout_ms;
+    metrics_counter_inc(pr->c->m.reschedules);
+    log_warn("stream_rescheduled", LF_STR("request_id", pr->rid),
+             LF_INT("instance_id", leg->inst ? leg->inst->id : -1), LF_STR("error", error),
+             LF_INT("tokens_sent", rs->tokens), LF_STR("by", rs->ids ? "token_ids" : "text"),
+             LF_INT("reschedule", pr->reschedules));
+    /* from the reactor, not from inside the failed leg's callback */
+    reactor_timer_start(pr->w->r, &pr->t_backoff, 0, 0);
+    return true;
+}
+
+/* A streamed leg failed after the head went out: rescheduled, or ended in-band. */
+static void stream_failed(struct preq *pr, struct leg *leg, enum coord_cause cause,
+                          const char *error, const char *msg)
+{
+    leg_verdict(pr, leg, -1);
+    const char *why = "the client is gone";
+    if (reschedule(pr, leg, error, &why))
+        return;
+    metrics_counter_inc(pr->c->m.reschedule_refused);
+    log_warn("upstream_stream_broken", LF_STR("request_id", pr->rid),
+             LF_INT("instance_id", leg->inst ? leg->inst->id : -1), LF_STR("error", error),
+             LF_STR("not_rescheduled", why));
+    preq_end(pr, REQ_EV_BROKEN, cause, &(struct answer){.status = 200, .msg = msg});
 }
 
 static void main_done(struct preq *pr, struct leg *leg, const struct httpc_response *resp)
@@ -550,12 +819,8 @@ static void main_done(struct preq *pr, struct leg *leg, const struct httpc_respo
     bool cut = leg->truncated || leg->too_large;
     if (resp->error && !cut) {
         if (state_of(pr) == REQ_STREAMING) {
-            leg_verdict(pr, leg, -1);
-            log_warn("upstream_stream_broken", LF_STR("request_id", pr->rid),
-                     LF_INT("instance_id", leg->inst->id), LF_STR("error", resp->error_text));
-            preq_end(pr, REQ_EV_BROKEN, CAUSE_UPSTREAM_TRANSPORT,
-                     &(struct answer){.status = 200,
-                                      .msg = "upstream connection lost mid-stream"});
+            stream_failed(pr, leg, CAUSE_UPSTREAM_TRANSPORT, resp->error_text,
+                          "upstream connection lost mid-stream");
             return;
         }
         attempt_failed(pr, leg, CAUSE_UPSTREAM_TRANSPORT, resp->error_text);
@@ -563,7 +828,8 @@ static void main_done(struct preq *pr, struct leg *leg, const struct httpc_respo
     }
     if (leg->too_large) {
         preq_end(pr, REQ_EV_FAIL, CAUSE_UPSTREAM_PROTOCOL,
-                 &(struct answer){.status = 502, .type = "upstream_error",
+                 &(struct answer){.status = 502,
+                                  .type = "upstream_error",
                                   .msg = "upstream response exceeds the coordinator's limit"});
         return;
     }
@@ -579,10 +845,27 @@ static void main_done(struct preq *pr, struct leg *leg, const struct httpc_respo
         pass_through(pr, leg);
         return;
     }
-    if (state_of(pr) == REQ_DECODE)
+    enum reqfsm_state st = state_of(pr);
+    if (st == REQ_DECODE || st == REQ_RESUMING)
         first_byte(pr, leg); /* a 2xx answer without a body */
     if (pr->stream) {
+        /* A clean end is not a finished answer: an engine stopped (SIGTERM) closes its
+         * streams cleanly, mid-answer. */
+        if (!stream_finished(pr)) {
+            stream_failed(pr, leg, CAUSE_UPSTREAM_PROTOCOL, "stream ended without [DONE]",
+                          "upstream stream ended before the answer was finished");
+            return;
+        }
         preq_end(pr, REQ_EV_COMPLETE, NO_CAUSE, &(struct answer){.status = 200});
+        return;
+    }
+    /* A body framed by chunks can end cleanly half-way: scanned whole. One framed by
+     * Content-Length is what the engine meant to send: only its last byte is checked. */
+    if (resp->length_framed ? !resume_json_closed(strbuf_str(&leg->body), leg->body.len)
+                            : !resume_json_complete(strbuf_str(&leg->body), leg->body.len)) {
+        /* nothing reached the client: the whole request is tried again */
+        attempt_failed(pr, leg, CAUSE_UPSTREAM_PROTOCOL,
+                       "upstream body ended before its JSON document did");
         return;
     }
     metrics_histogram_observe(pr->c->m.ttft, (double)(util_mono_us() - pr->start_us) / 1e6);
@@ -592,8 +875,8 @@ static void main_done(struct preq *pr, struct leg *leg, const struct httpc_respo
             char *s = json_dumps(j, JSON_COMPACT);
             json_decref(j);
             preq_end(pr, REQ_EV_COMPLETE, NO_CAUSE,
-                     &(struct answer){.status = 200, .ctype = "application/json", .body = s,
-                                      .len = strlen(s)});
+                     &(struct answer){
+                         .status = 200, .ctype = "application/json", .body = s, .len = strlen(s)});
             free(s);
             return;
         }
@@ -665,7 +948,7 @@ static void prefill_done(struct preq *pr, struct leg *leg, const struct httpc_re
         leg->load_held = false;
     }
     strbuf_release(&leg->body);
-    json_t *d = pdreq_vllm_decode(pr->body, pr->rid, ticket);
+    json_t *d = pdreq_vllm_decode(req_tree(pr), up_rid(pr), ticket);
     json_decref(ticket);
     char *s = json_dumps(d, JSON_COMPACT);
     json_decref(d);
@@ -698,9 +981,10 @@ static void leg_start(struct preq *pr, struct leg *leg, const char *body, size_t
     memcpy(url, "http://", 7);
     memcpy(url + 7, leg->ep->hostport, hl);
     memcpy(url + 7 + hl, api_paths[pr->api], pl + 1);
-    size_t rl = strnlen(pr->rid, sizeof(pr->rid));
+    const char *rid = up_rid(pr);
+    size_t rl = strnlen(rid, sizeof(pr->up_rid));
     memcpy(rid_hdr, "X-Request-Id: ", 14);
-    memcpy(rid_hdr + 14, pr->rid, rl);
+    memcpy(rid_hdr + 14, rid, rl);
     rid_hdr[14 + rl] = '\0';
     const char *hdrs[] = {rid_hdr,
                           stream ? "Accept: text/event-stream" : "Accept: application/json", NULL};
@@ -864,7 +1148,8 @@ static bool preq_tree(struct preq *pr)
         log_error("request_body_reparse_failed", LF_STR("request_id", pr->rid),
                   LF_STR("error", e.text));
         preq_end(pr, REQ_EV_REJECT, CAUSE_BAD_REQUEST,
-                 &(struct answer){.status = 400, .type = "BadRequestError",
+                 &(struct answer){.status = 400,
+                                  .type = "BadRequestError",
                                   .msg = "request body is not valid JSON"});
         return false;
     }
@@ -905,6 +1190,14 @@ static void attempt(struct preq *pr)
               LF_INT("main_instance", d->inst->id), LF_INT("attempt", pr->attempts));
     switch (pr->mode) {
     case MODE_SINGLE: {
+        if (pr->cont) {
+            if (!step(pr, REQ_EV_SENT, mode_names[pr->mode]))
+                return;
+            char *cs = json_dumps(pr->cont, JSON_COMPACT);
+            leg_start(pr, d, cs, strlen(cs), pr->stream);
+            free(cs);
+            break;
+        }
         size_t len;
         const char *raw = pr->hreq ? httpd_req_body(pr->hreq, &len) : NULL;
         if (!raw) {
@@ -921,7 +1214,7 @@ static void attempt(struct preq *pr)
             return;
         if (!step(pr, REQ_EV_HANDOFF, mode_names[pr->mode]))
             return;
-        json_t *b = pdreq_vllm_prefill(pr->body, pr->rid);
+        json_t *b = pdreq_vllm_prefill(req_tree(pr), up_rid(pr));
         char *sb = json_dumps(b, JSON_COMPACT);
         json_decref(b);
         leg_start(pr, p, sb, strlen(sb), false);
@@ -934,10 +1227,10 @@ static void attempt(struct preq *pr)
         if (!step(pr, REQ_EV_SENT, mode_names[pr->mode]))
             return;
         uint64_t room = pdreq_bootstrap_room(p->inst->id, d->inst->id, pr->rid, pr->attempts);
-        json_t *pb =
-            pdreq_sglang_leg(pr->body, true, p->ep->ip, p->ep->bootstrap_port, room, pr->rid);
-        json_t *db =
-            pdreq_sglang_leg(pr->body, false, p->ep->ip, p->ep->bootstrap_port, room, pr->rid);
+        json_t *pb = pdreq_sglang_leg(req_tree(pr), true, p->ep->ip, p->ep->bootstrap_port, room,
+                                      up_rid(pr));
+        json_t *db = pdreq_sglang_leg(req_tree(pr), false, p->ep->ip, p->ep->bootstrap_port, room,
+                                      up_rid(pr));
         char *ps = json_dumps(pb, JSON_COMPACT), *ds = json_dumps(db, JSON_COMPACT);
         json_decref(pb);
         json_decref(db);
@@ -979,7 +1272,7 @@ static void on_first_timeout(struct preq *pr)
 
 static void on_total_timeout(struct preq *pr)
 {
-    bool streaming = state_of(pr) == REQ_STREAMING;
+    bool streaming = state_of(pr) == REQ_STREAMING || state_of(pr) == REQ_RESUMING;
     char trail[160];
     reqfsm_trail(&pr->fsm, trail, sizeof(trail));
     log_warn("infer_timeout", LF_STR("request_id", pr->rid),
@@ -992,8 +1285,24 @@ static void on_total_timeout(struct preq *pr)
     }
     legs_timed_out(pr);
     preq_end(pr, REQ_EV_TOTAL_TIMEOUT, CAUSE_INFER_TIMEOUT,
-             &(struct answer){.status = 504, .type = "timeout",
-                              .msg = "request exceeded infer_timeout"});
+             &(struct answer){
+                 .status = 504, .type = "timeout", .msg = "request exceeded infer_timeout"});
+}
+
+/* STREAMING, and nothing from the engine for inter_token_timeout: a hung engine holds
+ * its connections open; the leg has failed as surely as a reset one. */
+static void on_stall(struct preq *pr)
+{
+    struct leg *leg = &pr->legs[LEG_MAIN];
+    log_warn("inter_token_timeout", LF_STR("request_id", pr->rid),
+             LF_INT("timeout_ms", pr->set->inter_token_timeout_ms),
+             LF_INT("instance_id", leg->inst ? leg->inst->id : -1));
+    if (leg->h) {
+        httpc_cancel(pr->w->httpc, leg->h);
+        leg->h = NULL;
+    }
+    stream_failed(pr, leg, CAUSE_INTER_TOKEN_TIMEOUT, "no byte within inter_token_timeout",
+                  "the inference engine stopped sending (inter_token_timeout)");
 }
 
 /* Deadlines are checked by one periodic timer per worker rather than two timers per
@@ -1014,15 +1323,22 @@ static void on_sweep(struct reactor *r, void *arg)
         case REQ_PREFILL:
         case REQ_DECODE:
         case REQ_BACKOFF:
+        case REQ_RESUMING:
             if (now >= pr->first_deadline_ms)
                 on_first_timeout(pr);
             else if (now >= pr->deadline_ms)
                 on_total_timeout(pr);
             break;
         case REQ_BUFFERING:
+            if (now >= pr->deadline_ms)
+                on_total_timeout(pr);
+            break;
         case REQ_STREAMING:
             if (now >= pr->deadline_ms)
                 on_total_timeout(pr);
+            else if (pr->set->inter_token_timeout_ms > 0 &&
+                     now - pr->last_byte_ms >= pr->set->inter_token_timeout_ms)
+                on_stall(pr);
             break;
         case REQ_ROUTING: /* synchronous: never seen here */
         case REQ_DONE:    /* answered, waiting for on_close */
@@ -1057,6 +1373,11 @@ static void on_close(struct httpd_req *req, void *arg)
     w->n_live--;
     metrics_gauge_dec(pr->c->m.inflight);
     json_decref(pr->body);
+    json_decref(pr->cont);
+    if (pr->rs) {
+        resume_release(pr->rs);
+        free(pr->rs);
+    }
     reqscan_release(&pr->scan);
     inst_snapshot_unref(pr->snap);
     csettings_unref(pr->set);

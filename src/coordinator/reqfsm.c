@@ -8,7 +8,7 @@
 static const char *const state_names[REQ_STATE_COUNT] = {
     [REQ_ROUTING] = "ROUTING",     [REQ_PREFILL] = "PREFILL",     [REQ_DECODE] = "DECODE",
     [REQ_BUFFERING] = "BUFFERING", [REQ_STREAMING] = "STREAMING", [REQ_BACKOFF] = "BACKOFF",
-    [REQ_DONE] = "DONE",
+    [REQ_RESUMING] = "RESUMING",   [REQ_DONE] = "DONE",
 };
 
 static const char *const event_names[REQ_EV_COUNT] = {
@@ -29,6 +29,7 @@ static const char *const event_names[REQ_EV_COUNT] = {
     [REQ_EV_FIRST_TIMEOUT] = "FIRST_TIMEOUT",
     [REQ_EV_TOTAL_TIMEOUT] = "TOTAL_TIMEOUT",
     [REQ_EV_CLIENT_GONE] = "CLIENT_GONE",
+    [REQ_EV_RESCHEDULE] = "RESCHEDULE",
 };
 
 const char *reqfsm_state_name(enum reqfsm_state s)
@@ -91,6 +92,7 @@ const int8_t reqfsm_table_[REQ_STATE_COUNT][REQ_EV_COUNT] = {
             [REQ_EV_BROKEN] = TO(REQ_DONE),
             [REQ_EV_TOTAL_TIMEOUT] = TO(REQ_DONE),
             [REQ_EV_CLIENT_GONE] = TO(REQ_DONE),
+            [REQ_EV_RESCHEDULE] = TO(REQ_RESUMING),
         },
     [REQ_BACKOFF] =
         {
@@ -100,6 +102,25 @@ const int8_t reqfsm_table_[REQ_STATE_COUNT][REQ_EV_COUNT] = {
             [REQ_EV_CLIENT_GONE] = TO(REQ_DONE),
         },
     [REQ_DONE] = {0},
+    /* The continuation goes through the same routing steps as a first attempt, but the
+     * head is out: every way out that answers the client answers it in-band. */
+    [REQ_RESUMING] =
+        {
+            [REQ_EV_HANDOFF] = TO(REQ_RESUMING),
+            [REQ_EV_SENT] = TO(REQ_RESUMING),
+            [REQ_EV_TICKET] = TO(REQ_RESUMING),
+            [REQ_EV_PREFILL_DONE] = TO(REQ_RESUMING),
+            [REQ_EV_STREAM_START] = TO(REQ_STREAMING),
+            [REQ_EV_RETRY] = TO(REQ_RESUMING),
+            [REQ_EV_RETRY_TIMER] = TO(REQ_RESUMING),
+            [REQ_EV_PASS_THROUGH] = TO(REQ_DONE),
+            [REQ_EV_GIVE_UP] = TO(REQ_DONE),
+            [REQ_EV_REJECT] = TO(REQ_DONE),
+            [REQ_EV_BROKEN] = TO(REQ_DONE),
+            [REQ_EV_FIRST_TIMEOUT] = TO(REQ_DONE),
+            [REQ_EV_TOTAL_TIMEOUT] = TO(REQ_DONE),
+            [REQ_EV_CLIENT_GONE] = TO(REQ_DONE),
+        },
 };
 
 int reqfsm_next(enum reqfsm_state from, enum reqfsm_event ev)

@@ -12,6 +12,10 @@
  *              can only end the stream in-band
  *   BACKOFF    an attempt failed before anything reached the client; the retry timer
  *              runs
+ *   RESUMING   a streamed answer's leg failed after the head went out and the answer is
+ *              being continued elsewhere (mid-stream rescheduling): the continuation's
+ *              legs are routed, in flight or backing off, none has answered yet; its
+ *              first byte returns to STREAMING, a failure can only end the stream
  *   DONE       answered (or the client went away); absorbing
  *
  * Every event names what happened; data-dependent choices (retry or give up, stream or
@@ -38,9 +42,10 @@ enum reqfsm_state {
     REQ_BUFFERING,
     REQ_STREAMING,
     REQ_BACKOFF,
-    REQ_DONE,
+    REQ_RESUMING,
+    REQ_DONE, /* last: the states before it are the live ones */
 };
-#define REQ_STATE_COUNT 7
+#define REQ_STATE_COUNT 8
 
 enum reqfsm_event {
     REQ_EV_HANDOFF = 0,   /* ROUTING: a vLLM PD pair, the prefill leg sent */
@@ -61,8 +66,9 @@ enum reqfsm_event {
     REQ_EV_FIRST_TIMEOUT, /* first_token_timeout */
     REQ_EV_TOTAL_TIMEOUT, /* infer_timeout */
     REQ_EV_CLIENT_GONE,   /* the client's connection closed */
+    REQ_EV_RESCHEDULE,    /* a streamed leg failed mid-answer: continue it on another instance */
 };
-#define REQ_EV_COUNT 17
+#define REQ_EV_COUNT 18
 
 const char *reqfsm_state_name(enum reqfsm_state s);  /* "ROUTING", ... ("?" if out of range) */
 const char *reqfsm_event_name(enum reqfsm_event ev); /* "HANDOFF", ... */
