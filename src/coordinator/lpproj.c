@@ -4,6 +4,7 @@
 #include "coordinator/lpproj.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define MAX_DEPTH 64
@@ -236,9 +237,42 @@ static bool content_elem(struct scan *s, struct out *o, const struct lpproj *p, 
     return object(s, o, content_member, p, depth);
 }
 
+/* A completions top_logprobs dict: the sampled token first, then the best others (the
+ * sampled one left out). For k, vLLM lists the sampled token and the top k, which holds
+ * the sampled one unless it ranked below k: k + 1 entries then, k otherwise. Its rank
+ * is read from the values: it ranked below k when the k-th other entry is more likely. */
+static int dict_keep(struct scan s, int k)
+{
+    if (k == 0)
+        return 1;
+    double lp[2] = {0, 0}; /* the sampled one's, the k-th other's */
+    int seen = 0;
+    if (!peek(&s, '{'))
+        return k + 1;
+    s.p++;
+    if (eat(&s, '}'))
+        return k + 1;
+    for (int i = 0; i <= k; i++) {
+        if (!string(&s, NULL, NULL) || !eat(&s, ':'))
+            return k + 1;
+        ws(&s);
+        char *end;
+        double v = strtod(s.p, &end);
+        if (end == s.p || end > s.e || !value(&s, 1))
+            return k + 1;
+        if (i == 0 || i == k)
+            lp[seen++] = v;
+        if (!eat(&s, ','))
+            break;
+    }
+    if (seen < 2)
+        return k + 1; /* fewer than k others: everything is kept anyway */
+    return lp[1] > lp[0] ? k + 1 : k;
+}
+
 static bool dict_elem(struct scan *s, struct out *o, const struct lpproj *p, int depth)
 {
-    return trim(s, o, p->top + 1, true, depth);
+    return trim(s, o, dict_keep(*s, p->top), true, depth);
 }
 
 static bool logprobs_member(struct scan *s, struct out *o, const char *ka, const char *kb,

@@ -5,8 +5,9 @@
  * see exactly what it would have got: no logprobs when it asked none, its own k
  * entries when it asked fewer than Motor. vLLM lists the sampled token first and then
  * the best others, for any k, so the answer for k is a prefix of the answer for a larger
- * k: chat `top_logprobs` keeps its first k entries, completions `top_logprobs` dicts
- * their first k + 1 (vLLM's "k plus the sampled one").
+ * k: chat `top_logprobs` keeps its first k entries; a completions `top_logprobs` dict
+ * (the sampled token and the top k, which may hold it) its first k + 1 entries when the
+ * sampled token ranked below k, else its first k (its rank read from the values).
  *
  * The rewrite splices the JSON text instead of parsing and re-serialising it: every
  * byte outside the projected values is the engine's own (a re-serialisation would

@@ -34,6 +34,35 @@ static void trim_object(json_t *o, size_t keep)
     }
 }
 
+/* The sampled entry first, then the others by rank: k + 1 entries when the k-th other
+ * is more likely than the sampled one (it ranked below k), else k; 1 for k = 0. */
+static size_t dict_keep(json_t *o, size_t k)
+{
+    if (k == 0)
+        return 1;
+    const char *key;
+    json_t *v;
+    size_t i = 0;
+    double lp0 = 0, lpk = 0;
+    bool have = false;
+    json_object_foreach(o, key, v)
+    {
+        if (i == 0 || i == k) {
+            if (!json_is_number(v))
+                return k + 1;
+            if (i == 0)
+                lp0 = json_number_value(v);
+            else {
+                lpk = json_number_value(v);
+                have = true;
+            }
+        }
+        if (++i > k)
+            break;
+    }
+    return have && lpk > lp0 ? k + 1 : have ? k : k + 1;
+}
+
 static void reference(const struct lpproj *p, json_t *root)
 {
     json_t *choices = json_object_get(root, "choices");
@@ -60,7 +89,7 @@ static void reference(const struct lpproj *p, json_t *root)
         } else {
             json_t *tops = json_object_get(lp, "top_logprobs");
             if (json_is_array(tops))
-                json_array_foreach(tops, j, e) trim_object(e, (size_t)p->top + 1);
+                json_array_foreach(tops, j, e) trim_object(e, dict_keep(e, (size_t)p->top));
         }
     }
 }
@@ -75,7 +104,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct strbuf sb;
     strbuf_init(&sb, 4 * n + 64);
     int rc = lpproj_rewrite(&p, in, n, &sb);
-    json_t *j = json_loadb(in, n, JSON_REJECT_DUPLICATES, NULL);
+    /* jansson reads a NUL byte between tokens as the end of its input and accepts
+     * what came before ("null\0}" is null): no reference for such input. */
+    json_t *j = memchr(in, '\0', n) ? NULL : json_loadb(in, n, JSON_REJECT_DUPLICATES, NULL);
     if (j && json_is_object(j)) {
         if (rc != 0)
             abort();

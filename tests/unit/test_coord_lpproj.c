@@ -44,13 +44,20 @@ static void test_table(void **state)
          "{\"choices\":[{\"logprobs\":{\"content\":[{\"top_logprobs\":[]}]}}]}"},
         {true, false, 5, "{\"choices\":[{\"logprobs\":{\"content\":[{\"top_logprobs\":[1,2]}]}}]}",
          "{\"choices\":[{\"logprobs\":{\"content\":[{\"top_logprobs\":[1,2]}]}}]}"},
-        /* completions: k + 1 entries per dict */
+        /* completions: the sampled token and the top k; k + 1 entries only when the
+         * sampled one ranked below k */
         {false, false, 1,
          "{\"choices\":[{\"text\":\"ab\",\"logprobs\":{\"text_offset\":[0,1],\"token_logprobs\":"
          "[-1,-2],\"tokens\":[\"a\",\"b\"],\"top_logprobs\":[{\"a\":-1,\"x\":-2,\"y\":-3},"
-         "{\"b\":-2}]}}]}",
+         "{\"b\":-2,\"c\":-0.5,\"d\":-3}]}}]}",
          "{\"choices\":[{\"text\":\"ab\",\"logprobs\":{\"text_offset\":[0,1],\"token_logprobs\":"
-         "[-1,-2],\"tokens\":[\"a\",\"b\"],\"top_logprobs\":[{\"a\":-1,\"x\":-2},{\"b\":-2}]}}]}"},
+         "[-1,-2],\"tokens\":[\"a\",\"b\"],\"top_logprobs\":[{\"a\":-1},{\"b\":-2,\"c\":-0.5}]}}]"
+         "}"},
+        {false, false, 2,
+         "{\"choices\":[{\"logprobs\":{\"top_logprobs\":[{\"s\":-2,\"a\":-1,\"b\":-3,\"c\":-4},"
+         "{\"s\":-2,\"a\":-1,\"b\":-1.5,\"c\":-4}]}}]}",
+         "{\"choices\":[{\"logprobs\":{\"top_logprobs\":[{\"s\":-2,\"a\":-1},"
+         "{\"s\":-2,\"a\":-1,\"b\":-1.5}]}}]}"},
         {false, false, 0, "{\"choices\":[{\"logprobs\":{\"top_logprobs\":[{\"a\":-1,\"b\":-2}]}}]}",
          "{\"choices\":[{\"logprobs\":{\"top_logprobs\":[{\"a\":-1}]}}]}"},
         /* several choices */
