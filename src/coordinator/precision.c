@@ -649,6 +649,13 @@ static void report_done(const struct httpc_response *resp, void *arg)
     g->act = NULL;
     free(a);
     bool ok = !resp->error && resp->status >= 200 && resp->status < 300;
+    if (kind == ACT_CLEAR && !resp->error && (resp->status == 404 || resp->status == 409)) {
+        /* The controller holds no such alarm (it recovered the group, or an operator
+         * cleared it): nothing is left to clear, and asking again would not change that. */
+        log_warn("precision_clear_not_held", LF_INT("p_instance_id", g->p_id),
+                 LF_INT("d_instance_id", g->d_id), LF_INT("status", resp->status));
+        ok = true;
+    }
     bool recovered = false;
     if (ok && kind == ACT_RAISE) {
         json_t *j = json_loadb(resp->body, resp->body_len, 0, NULL);
