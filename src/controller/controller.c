@@ -220,6 +220,7 @@ int controller_main(int argc, char **argv)
     c->next_id = 1;
     ctl_tls_settings(c);
     metrics_setup(c);
+    ctl_prec_init(c);
     ctl_push_init(c);
     c->r = reactor_new();
     if (!c->r) {
@@ -302,6 +303,7 @@ out:
     httpc_free(c->hc);
     ctl_requests_drop_all(c);
     ctl_instmgr_free_all(c);
+    ctl_prec_free(c);
     for (size_t i = 0; i < c->n_restops; i++)
         free(c->restops[i].key);
     free(c->restops);

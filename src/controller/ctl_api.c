@@ -13,7 +13,7 @@
 #include <string.h>
 
 /* Routes that need the leader's state answer 503 on a standby or while loading. */
-static bool serving(struct ctl *c, struct httpd_req *req)
+bool ctl_api_serving(struct ctl *c, struct httpd_req *req)
 {
     if (c->leader && c->loaded)
         return true;
@@ -78,7 +78,7 @@ static void respond_durable(struct ctl *c, struct httpd_req *req, int status, js
 static void h_register(struct httpd_req *req, void *arg)
 {
     struct ctl *c = arg;
-    if (!serving(c, req))
+    if (!ctl_api_serving(c, req))
         return;
     char msg[WIRE_ERR_MAX] = "";
     json_t *j = httpd_req_json(req, msg, sizeof(msg));
@@ -104,7 +104,7 @@ static void h_register(struct httpd_req *req, void *arg)
 static void h_reregister(struct httpd_req *req, void *arg)
 {
     struct ctl *c = arg;
-    if (!serving(c, req))
+    if (!ctl_api_serving(c, req))
         return;
     char msg[WIRE_ERR_MAX] = "";
     json_t *j = httpd_req_json(req, msg, sizeof(msg));
@@ -142,7 +142,7 @@ static void hb_reject(struct ctl *c, struct httpd_req *req, int status, const ch
 static void h_heartbeat(struct httpd_req *req, void *arg)
 {
     struct ctl *c = arg;
-    if (!serving(c, req))
+    if (!ctl_api_serving(c, req))
         return;
     char msg[WIRE_ERR_MAX] = "";
     json_t *j = httpd_req_json(req, msg, sizeof(msg));
@@ -226,7 +226,7 @@ out:
 static void h_fault(struct httpd_req *req, void *arg)
 {
     struct ctl *c = arg;
-    if (!serving(c, req))
+    if (!ctl_api_serving(c, req))
         return;
     if (!c->cfg.ft_enable) {
         httpd_respond_json(req, 200,
@@ -290,7 +290,7 @@ static int body_instance_id(struct httpd_req *req, const char *key, int64_t *id,
 static void h_check(struct httpd_req *req, void *arg)
 {
     struct ctl *c = arg;
-    if (!serving(c, req))
+    if (!ctl_api_serving(c, req))
         return;
     int64_t id = 0;
     char msg[WIRE_ERR_MAX];
@@ -303,7 +303,7 @@ static void h_check(struct httpd_req *req, void *arg)
                        json_pack("{s:b}", "exists", in && in->status != WIRE_INS_DELETED));
 }
 
-static void terminate(struct ctl *c, struct ctl_inst *in, const char *reason)
+void ctl_terminate_instance(struct ctl *c, struct ctl_inst *in, const char *reason)
 {
     for (size_t i = 0; i < in->n_nms; i++) {
         char *url = ctl_nm_url(c, in->nms[i].pod_ip, in->nms[i].port, "/node-manager/stop");
@@ -317,20 +317,23 @@ static void terminate(struct ctl *c, struct ctl_inst *in, const char *reason)
 static void h_terminate(struct httpd_req *req, void *arg)
 {
     struct ctl *c = arg;
-    if (!serving(c, req))
+    if (!ctl_api_serving(c, req))
         return;
     char jm[WIRE_ERR_MAX] = "";
     json_t *j = httpd_req_json(req, jm, sizeof(jm));
     json_t *jid = json_is_object(j) ? json_object_get(j, "instance_id") : NULL;
     json_t *jp = json_is_object(j) ? json_object_get(j, "p_instance_id") : NULL;
     json_t *jr = json_is_object(j) ? json_object_get(j, "reason") : NULL;
+    json_t *jc = json_is_object(j) ? json_object_get(j, "precision_alarm_clear") : NULL;
     const char *bad =
         !j                                                  ? jm
         : !json_is_object(j)                                ? "body must be a JSON object"
         : !json_is_integer(jid)                             ? "instance_id: must be an integer"
         : (jp && !json_is_null(jp) && !json_is_integer(jp)) ? "p_instance_id: must be an integer"
         : (jr && !json_is_null(jr) && !json_is_string(jr))  ? "reason: must be a string"
-                                                            : NULL;
+        : (jc && !json_is_null(jc) && !json_is_boolean(jc))
+            ? "precision_alarm_clear: must be a boolean"
+            : NULL;
     if (bad) {
         httpd_respond_json(req, 400, wire_envelope_error_new(400, bad, NULL));
         json_decref(j);
@@ -340,6 +343,7 @@ static void h_terminate(struct httpd_req *req, void *arg)
     char reason[256];
     snprintf(reason, sizeof(reason), "terminated by request: %s",
              json_is_string(jr) ? json_string_value(jr) : "no reason given");
+    bool prec_clear = json_is_true(jc);
     json_decref(j);
     struct ctl_inst *in = ctl_find(c, ids[0]);
     if (!in) {
@@ -355,12 +359,16 @@ static void h_terminate(struct httpd_req *req, void *arg)
             continue;
         log_warn("instance_terminated", LF_INT("instance_id", t->id), LF_STR("reason", reason));
         json_array_append_new(done, json_integer(t->id));
-        terminate(c, t, reason);
+        if (prec_clear && t->status == WIRE_INS_ACTIVE)
+            ctl_set_status(c, t, WIRE_INS_INACTIVE, "precision alarm: isolated");
+        ctl_terminate_instance(c, t, reason);
     }
-    httpd_respond_json(req, 200,
-                       wire_envelope_new(200, "Instance terminated",
-                                         json_pack("{s:I, s:o}", "instance_id", (json_int_t)ids[0],
-                                                   "terminated", done)));
+    json_t *data = json_pack("{s:I, s:o}", "instance_id", (json_int_t)ids[0], "terminated", done);
+    if (prec_clear) { /* an operator's clear: the group's alarm and the scheduler state */
+        ctl_prec_terminate_clear(c, req, ids[0], ids[1], data);
+        return;
+    }
+    httpd_respond_json(req, 200, wire_envelope_new(200, "Instance terminated", data));
 }
 
 /* ---- fault-tolerance status (§8.4) --------------------------------------------------------------
@@ -369,7 +377,7 @@ static void h_terminate(struct httpd_req *req, void *arg)
 static void h_ft_status(struct httpd_req *req, void *arg)
 {
     struct ctl *c = arg;
-    if (!serving(c, req))
+    if (!ctl_api_serving(c, req))
         return;
     const char *q = httpd_req_query(req, "instance_id");
     int64_t id = -1;
@@ -472,7 +480,7 @@ static json_t *inst_view(struct ctl *c, struct ctl_inst *in)
 void ctl_api_instances(struct httpd_req *req, void *arg)
 {
     struct ctl *c = arg;
-    if (!serving(c, req))
+    if (!ctl_api_serving(c, req))
         return;
     json_t *arr = json_array();
     for (size_t i = 0; i < c->n_insts; i++)
@@ -587,4 +595,5 @@ void ctl_api_register_routes(struct ctl *c)
     httpd_route(h, "GET", "/liveness", h_liveness, c, 0);
     httpd_route(h, "GET", "/metrics", ctl_api_metrics, c, 0);
     ctl_obs_register_routes(c);
+    ctl_prec_register_routes(c);
 }

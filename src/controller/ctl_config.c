@@ -178,6 +178,9 @@ static const struct cfgtab_row ft_rows[] = {
      .doc = "false: a failed relaunch does not stop the node managers"},
     {"dp_scale_down_config", CFGTAB_GROUP, 0, .flags = L | CFGTAB_OBJECT,
      .sub = SUB(scale_down_rows)},
+    {"precision_auto_recovery_enabled", CFGTAB_BOOL, OFF(prec_auto_recovery), .flags = L,
+     .doc = "on a precision alarm, isolate and terminate the D (and P) instance, then clear "
+            "the alarm (docs/precision-detection.md)"},
 };
 
 static const struct cfgtab_row etcd_rows[] = {

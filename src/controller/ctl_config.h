@@ -122,6 +122,7 @@ struct ctlcfg {
     int64_t relaunch_backoff_ms;
     bool scale_down_enable;
     bool scale_up_enable;
+    bool prec_auto_recovery; /* precision_auto_recovery_enabled (ctl_prec.c) */
     int64_t sd_request_timeout_ms;
     int64_t sd_poll_ms;
     int64_t sd_deadline_ms;

@@ -137,7 +137,8 @@ struct ctl {
     size_t n_lost;
 
     struct ctl_metrics m;
-    struct ctl_obs *obs; /* alarms and the observability listener (ctl_obs.c) */
+    struct ctl_obs *obs;   /* alarms and the observability listener (ctl_obs.c) */
+    struct ctl_prec *prec; /* precision alarms (ctl_prec.c) */
 };
 
 /* ---- ctl_instmgr.c: the instance manager --------------------------------------------- */
@@ -216,6 +217,24 @@ void ctl_daemon_tick(struct reactor *r, void *arg);
 
 /* ---- ctl_api.c -------------------------------------------------------------------- */
 void ctl_api_register_routes(struct ctl *c);
+/* False (and a 503 answered) unless this controller leads and has loaded its state. */
+bool ctl_api_serving(struct ctl *c, struct httpd_req *req);
+/* Stop an instance's engines through its node managers and delete it (`in` is freed). */
+void ctl_terminate_instance(struct ctl *c, struct ctl_inst *in, const char *reason);
+
+/* ---- ctl_prec.c: precision alarms (persisted under "precision/<seq>") ----------------- */
+void ctl_prec_init(struct ctl *c); /* after the metrics registry */
+void ctl_prec_free(struct ctl *c);
+void ctl_prec_register_routes(struct ctl *c);
+/* A persisted record (state load): 0, or -EINVAL when it is not one. */
+int ctl_prec_load(struct ctl *c, const char *key, json_t *j);
+/* terminate_instance with precision_alarm_clear: clear the group's active alarm, reset
+ * the coordinator's state, and answer req (later) with data (taken) plus
+ * precision_alarm_cleared, scheduler_state_cleared and moi. */
+void ctl_prec_terminate_clear(struct ctl *c, struct httpd_req *req, int64_t d_id, int64_t p_id,
+                              json_t *data);
+/* The active alarms (motor status, /controller/precision/alarms). New reference. */
+json_t *ctl_prec_active_json(struct ctl *c);
 
 /* ---- ctl_nmc.c: HTTP client helpers ------------------------------------------------ */
 /* "http(s)://ip:port<path>" of an NM (IPv6 bracketed). Heap. */

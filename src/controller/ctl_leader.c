@@ -184,6 +184,12 @@ static void on_loaded(struct store *st, int err, const struct store_kv *kvs, siz
                 else
                     ctl_inst_vec_push(&c->pending, &c->n_pending, in);
             }
+        } else if (strncmp(k, "precision/", 10) == 0) {
+            if (!j || ctl_prec_load(c, k, j) < 0) {
+                log_error("state_record_invalid", LF_STR("key", k),
+                          LF_STR("error", "not a precision alarm record"));
+                bad++;
+            }
         } else if (strncmp(k, "ft/", 3) == 0) {
             int64_t id;
             struct ctl_ft_rt *rt = NULL;

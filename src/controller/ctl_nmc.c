@@ -56,7 +56,8 @@ void ctl_request(struct ctl *c, const char *method, const char *url, const json_
         .max_response = 4u << 20,
         .tls = c->use_tls ? &c->tls : NULL,
     };
-    if (c->cfg.coordinator_key && strncmp(url, "http", 4) == 0 && strstr(url, "/instances/")) {
+    if (c->cfg.coordinator_key && strncmp(url, "http", 4) == 0 &&
+        (strstr(url, "/instances/") || strstr(url, "/precision/"))) {
         char *hdr = xasprintf("X-Motor-Management-Key: %s", c->cfg.coordinator_key);
         const char *hdrs[] = {hdr, NULL};
         o.headers = hdrs;

@@ -4,14 +4,15 @@
 
 #include "common/cfgtab.h"
 #include "common/util.h"
+#include "coordinator/qcheck.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { SRC_BLOCK, SRC_DEPLOY };
-static const char *const src_names[] = {"", "motor_deploy_config"};
+enum { SRC_BLOCK, SRC_DEPLOY, SRC_CTL };
+static const char *const src_names[] = {"", "motor_deploy_config", "motor_controller_config"};
 
 static const char *const scheds[] = {"load_balance", "round_robin", "kv_cache_affinity",
                                      "compute_length", NULL};
@@ -111,6 +112,14 @@ static const char *http_url(const char **s, char *buf, size_t cap)
         return NULL;
     snprintf(buf, cap, "\"%.160s\" must start with http:// or https://", *s);
     return buf;
+}
+
+static const char *common_chars(const char **s, char *buf, size_t cap)
+{
+    if (!**s)
+        return NULL;
+    struct qck_charset cs;
+    return qck_charset_parse(&cs, *s, buf, cap) < 0 ? buf : NULL;
 }
 
 #define OFF(f) offsetof(struct ccfg, f)
@@ -221,6 +230,48 @@ static const struct cfgtab_row rows[] = {
      .def_doc = "`http://<etcd_host>:<etcd_port>`",
      .doc = "etcd members (tried in turn); `https://` uses `mgmt_tls_config`'s files as the "
             "client's"},
+    {"precision_detection_config.precision_check_enabled", CFGTAB_BOOL, OFF(prec_enable),
+     .flags = L,
+     .doc = "sample decode answers with logprobs and check their quality "
+            "(docs/precision-detection.md)"},
+    {"precision_detection_config.interval_seconds", CFGTAB_MS, OFF(prec_interval_ms), .flags = L,
+     .min = 0, .max = 86400, .def_d = 30,
+     .doc = "at least this long between two sampled requests of a decode instance (all workers)"},
+    {"precision_detection_config.logprobs_count", CFGTAB_INT, OFF(prec_logprobs), .flags = L,
+     .min = 1, .max = 20, .def_i = 1,
+     .doc = "top logprobs asked for: >= 3 enables garbled detection, >= 5 rare characters"},
+    {"precision_detection_config.precision_issue_threshold", CFGTAB_INT, OFF(prec_issue_threshold),
+     .flags = L, .min = 1, .max = 100000, .def_i = 10,
+     .doc = "bad samples in a row of a PD group that start the probe and the alarm"},
+    {"precision_detection_config.precision_clear_threshold", CFGTAB_INT, OFF(prec_clear_threshold),
+     .flags = L, .min = 1, .max = 100000, .def_i = 10,
+     .doc = "valid good samples in a row that clear an active alarm"},
+    {"precision_detection_config.probe_max_attempts", CFGTAB_INT, OFF(prec_probe_attempts),
+     .flags = L, .min = 0, .max = 100, .def_i = 3,
+     .doc = "probe requests at most (until one answers right; 0 = no probe)"},
+    {"precision_detection_config.probe_timeout_seconds", CFGTAB_MS, OFF(prec_probe_timeout_ms),
+     .flags = L, .min = 0.1, .max = 86400, .def_d = 600, .doc = "one probe request"},
+    {"precision_detection_config.probe_question", CFGTAB_STRING, OFF(prec_probe_question),
+     .flags = L | M | CFGTAB_NONEMPTY, .def_s = "相对论的发明人是谁",
+     .doc = "the probe's question (a chat request pinned to the suspect P/D pair)"},
+    {"precision_detection_config.probe_expected_answer", CFGTAB_STRING, OFF(prec_probe_answer),
+     .flags = L | M | CFGTAB_NONEMPTY, .def_s = "爱因斯坦",
+     .doc = "a probe passes when its answer contains this"},
+    {"precision_detection_config.min_sample_tokens", CFGTAB_INT, OFF(prec_min_tokens),
+     .flags = L | M, .min = 1, .max = 100000, .def_i = 16,
+     .doc = "a sample with fewer generated tokens is not judged (it counts for nothing)"},
+    {"precision_detection_config.common_chars", CFGTAB_STRING, OFF(prec_common_chars),
+     .flags = L | M, .check = common_chars, .def_s = "", .def_doc = "built-in",
+     .doc = "the common code points, `HEX-HEX,...` (`\"\"` = Latin, Greek, Cyrillic, Arabic, "
+            "Indic, CJK, kana, Hangul, symbols, emoji …); a larger share outside is rare"},
+    {"api_config.controller_api_dns", CFGTAB_STRING, OFF(ctl_host), .src = SRC_CTL,
+     .flags = L | CFGTAB_NONEMPTY, .env = "CONTROLLER_SERVICE", .def_s = "127.0.0.1",
+     .dump = "motor_controller_config.api_config.controller_api_dns",
+     .doc = "where precision alarms go (`POST /controller/report_alarms`)"},
+    {"api_config.controller_api_port", CFGTAB_INT, OFF(ctl_port), .src = SRC_CTL, .flags = L,
+     .min = 1, .max = 65535, .def_i = 1026,
+     .dump = "motor_controller_config.api_config.controller_api_port",
+     .doc = "with `controller_api_dns`"},
     {"tls_config.infer_tls_config", CFGTAB_GROUP, OFF(infer_tls),
      .flags = L | CFGTAB_OBJECT | CFGTAB_IFPRESENT, .src = SRC_DEPLOY, .sub = &tls_table,
      .ops = &tls_ops, .doc = "TLS of the inference port"},
@@ -320,6 +371,8 @@ void ccfg_apply(struct ccfg *c, json_t *root, struct cfg_errors *e)
     struct cfgtab_ctx ctx = {.errs = e};
     cfgtab_apply(&ccfg_cfgtab, SRC_BLOCK, c, blk, &ctx);
     cfgtab_apply(&ccfg_cfgtab, SRC_DEPLOY, c, json_is_object(deploy) ? deploy : NULL, &ctx);
+    json_t *ctl = json_object_get(root, "motor_controller_config");
+    cfgtab_apply(&ccfg_cfgtab, SRC_CTL, c, json_is_object(ctl) ? ctl : NULL, &ctx);
     cfgtab_ctx_release(&ctx);
 
     /* kv_cache_affinity needs the KV Conductor and compute_length a tokenizer; neither

@@ -87,6 +87,22 @@ struct ccfg {
     /* motor_deploy_config.tls_config */
     struct ccfg_tls infer_tls;
     struct ccfg_tls mgmt_tls;
+    /* precision_detection_config (precision.c): sample decode answers, check them
+     * (qcheck.h), confirm with a probe, alarm the controller */
+    bool prec_enable;              /* precision_check_enabled (false) */
+    int64_t prec_interval_ms;      /* interval_seconds (30) per decode instance */
+    int prec_logprobs;             /* logprobs_count (1; >= 3 garbled, >= 5 rare chars) */
+    int prec_issue_threshold;      /* precision_issue_threshold (10) bad samples in a row */
+    int prec_clear_threshold;      /* precision_clear_threshold (10) good ones while alarmed */
+    int prec_probe_attempts;       /* probe_max_attempts (3) */
+    int64_t prec_probe_timeout_ms; /* probe_timeout_seconds (600) */
+    char *prec_probe_question;     /* (motor) probe_question */
+    char *prec_probe_answer;       /* (motor) probe_expected_answer */
+    int prec_min_tokens;           /* (motor) min_sample_tokens (16) */
+    char *prec_common_chars;       /* (motor) common_chars: "" = the built-in set */
+    /* motor_controller_config.api_config: where alarms go */
+    char *ctl_host;
+    int ctl_port;
 };
 
 /* Fill with the defaults (env POD_IP honoured). Release with ccfg_release. */

@@ -101,6 +101,7 @@ struct coord_worker {
 
 struct mgmt_refresh; /* mgmt.c */
 struct coord_ha;     /* coord_ha.c */
+struct prec;         /* precision.c */
 
 /* What the command line set: kept for reloads, which apply it again over the file. */
 struct coord_cli {
@@ -143,6 +144,10 @@ struct coord {
      * runs again, before any timer of its own could step it down. */
     struct coord_ha *ha;
     _Atomic int64_t serve_until;
+
+    /* precision detection (precision.h): sampling windows shared with the workers,
+     * PD-group states on the management reactor */
+    struct prec *prec;
 };
 
 /* coordinator.c */

@@ -30,6 +30,9 @@ struct csettings *csettings_new(const struct ccfg *cfg, uint64_t version)
     for (size_t i = 0; i < cfg->n_api_keys; i++)
         s->api_keys[i] = xstrdup(cfg->api_keys[i]);
     s->n_api_keys = cfg->n_api_keys;
+    s->prec_enable = cfg->prec_enable;
+    s->prec_interval_ms = cfg->prec_interval_ms;
+    s->prec_logprobs = cfg->prec_logprobs;
     int64_t shortest = MOTOR_MIN(s->first_token_timeout_ms, s->infer_timeout_ms);
     if (s->inter_token_timeout_ms > 0)
         shortest = MOTOR_MIN(shortest, s->inter_token_timeout_ms);

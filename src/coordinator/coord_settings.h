@@ -47,6 +47,10 @@ struct csettings {
     bool api_key_enable;
     char **api_keys; /* NULL-terminated copies (wiped when freed) */
     size_t n_api_keys;
+    /* precision_detection_config: what a worker needs to sample (precision.h) */
+    bool prec_enable;
+    int64_t prec_interval_ms;
+    int prec_logprobs;
     /* derived: the deadline sweep's period, a tenth of the shortest timeout, 10..100 ms */
     int64_t sweep_ms;
 };

@@ -1,6 +1,7 @@
 /* motor coordinator — process lifecycle: arguments, configuration, the management
  * reactor on the main thread, N worker threads, metrics, graceful stop. */
 #include "coordinator/coord_internal.h"
+#include "coordinator/precision.h"
 
 #include "coordinator/coordinator.h"
 #include "common/cliopt.h"
@@ -553,6 +554,7 @@ int coordinator_main(int argc, char **argv)
                             c->cfg.breaker_max_open_ms};
     inst_table_init(&c->table, &bp);
     metrics_setup(c);
+    prec_init(c);
 
     c->r = reactor_new();
     if (!c->r) {
@@ -633,7 +635,8 @@ out:
     inst_table_release(&c->table);
     inst_pub_release(&c->pub);
     csettings_pub_release(&c->settings);
-    reactor_free(c->r);
+    reactor_free(c->r); /* runs its last tasks: samples still posted are dropped */
+    prec_release(c);
     metrics_registry_free(c->m.reg);
     ccfg_release(&c->cfg);
     free(c->cli.config);

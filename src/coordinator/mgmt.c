@@ -2,6 +2,7 @@
  * POST /instances/refresh (with model discovery), probes, metrics. It owns the instance
  * table and publishes a new immutable snapshot after every accepted refresh. */
 #include "coordinator/coord_internal.h"
+#include "coordinator/precision.h"
 
 #include "common/log.h"
 #include "common/strbuf.h"
@@ -129,8 +130,9 @@ static void refresh_apply(struct mgmt_refresh *f)
     int rc = inst_table_apply(&c->table, &f->r, err, sizeof(err));
     if (rc < 0) {
         int status = rc == -EEXIST ? 409 : 400;
-        log_warn("instances_refresh_rejected", LF_STR("refresh_event", wire_refresh_event_str(f->r.ev)),
-                 LF_INT("status", status), LF_STR("reason", err));
+        log_warn("instances_refresh_rejected",
+                 LF_STR("refresh_event", wire_refresh_event_str(f->r.ev)), LF_INT("status", status),
+                 LF_STR("reason", err));
         refresh_respond_error(f, status, err);
         return;
     }
@@ -385,6 +387,7 @@ int mgmt_start(struct coord *c)
     httpd_route(c->mgmt, "GET", "/metrics", coord_handle_metrics, c, 0);
     httpd_route(c->mgmt, "GET", "/instances", h_instances, c, HTTPD_ROUTE_AUTH);
     httpd_route(c->mgmt, "POST", "/instances/refresh", h_refresh, c, HTTPD_ROUTE_AUTH);
+    prec_register_routes(c);
     return 0;
 }
 

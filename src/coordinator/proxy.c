@@ -24,7 +24,10 @@
 #include "common/log.h"
 #include "common/strbuf.h"
 #include "common/util.h"
+#include "coordinator/lpproj.h"
 #include "coordinator/pdreq.h"
+#include "coordinator/precision.h"
+#include "coordinator/qcheck.h"
 #include "coordinator/reqfsm.h"
 #include "coordinator/reqscan.h"
 #include "coordinator/resume.h"
@@ -43,6 +46,8 @@
 #define PROXY_MAX_AVOID 32
 #define PROXY_BACKOFF_MAX_MS 5000
 #define PROXY_DRAIN_POLL_MS 50
+#define PROXY_SAMPLE_TOKENS 16384      /* tokens a precision sample keeps */
+#define PROXY_SAMPLE_TEXT (256u << 10) /* content bytes it keeps */
 /* A streamed answer is recorded (the events the client got) up to this size, for a
  * continuation elsewhere should its leg fail; a longer one can only end in-band. */
 #define PROXY_REC_MAX (8u << 20)
@@ -133,6 +138,18 @@ struct preq {
     size_t fail_len;
     char *fail_ctype;
     char fail_msg[256];
+    /* Precision sampling (precision.h). acc is set once this request claimed its decode
+     * instance's sampling window: the engine is asked for logprobs, the client gets what
+     * it asked for (proj), the sample goes to the management thread after the answer. */
+    struct qck_acc *acc;
+    struct lpproj proj;
+    bool sample_tried;      /* the window was asked for (once per request) */
+    bool sample_mixed;      /* rescheduled: two engines wrote it, it judges neither */
+    int64_t samp_p, samp_d; /* the PD group of the attempt that answers (p -1: none) */
+    /* A precision probe (the management thread's, by its secret header): routed to
+     * this P/D pair only, never sampled. */
+    bool probe;
+    int64_t pin_p, pin_d;
 };
 
 static void attempt(struct preq *pr);
@@ -156,7 +173,7 @@ static inline __attribute__((always_inline)) bool step(struct preq *pr, enum req
  * union answer is forwarded as it comes. */
 static bool sse_in_use(const struct preq *pr, enum reqfsm_state st)
 {
-    return st == REQ_STREAMING && (pr->mode != MODE_SINGLE || pr->rs);
+    return st == REQ_STREAMING && (pr->mode != MODE_SINGLE || pr->rs || pr->acc);
 }
 
 /* The body the legs are made from: the client's, or a continuation's. */
@@ -509,6 +526,69 @@ static void rec_note(struct preq *pr, const char *data, size_t len)
     pr->rec_out = pr->rec.len;
 }
 
+/* A sampled answer's JSON (a body or one event's data): into the sample, and projected
+ * to what the client asked for. True with *out (heap, *out_len) set; false when it is
+ * not JSON of that shape (then it goes to the client as it is: fail-open). */
+static bool sample_json(struct preq *pr, const char *d, size_t dl, char **out, size_t *out_len)
+{
+    json_t *j = json_loadb(d, dl, 0, NULL);
+    if (!json_is_object(j)) {
+        json_decref(j);
+        return false;
+    }
+    qck_acc_add_response(pr->acc, j);
+    json_decref(j);
+    struct strbuf sb;
+    strbuf_init(&sb, dl + 64);
+    if (lpproj_rewrite(&pr->proj, d, dl, &sb) < 0) {
+        strbuf_release(&sb);
+        return false;
+    }
+    *out_len = sb.len;
+    *out = strbuf_take(&sb);
+    return *out != NULL;
+}
+
+/* Write one event of a sampled stream: data projected, every other byte of the event
+ * the engine's own (s: data already rewritten, NULL: data as it came). */
+static int sampled_event(struct preq *pr, const char *raw, size_t raw_len, const char *data,
+                         size_t data_len, char *s)
+{
+    char *p;
+    size_t pl;
+    if (!sample_json(pr, s ? s : data, s ? strlen(s) : data_len, &p, &pl)) {
+        int rc;
+        if (s) {
+            char *ev = xasprintf("data: %s\n\n", s);
+            rc = httpd_stream_write(pr->hreq, ev, strlen(ev));
+            rec_note(pr, ev, strlen(ev));
+            free(ev);
+        } else {
+            rc = httpd_stream_write(pr->hreq, raw, raw_len);
+            rec_note(pr, raw, raw_len);
+        }
+        return rc;
+    }
+    const char *at = s ? NULL : memmem(raw, raw_len, data, data_len);
+    struct strbuf ev;
+    strbuf_init(&ev, raw_len + pl + 16);
+    if (at) {
+        size_t off = (size_t)(at - raw);
+        strbuf_append(&ev, raw, off);
+        strbuf_append(&ev, p, pl);
+        strbuf_append(&ev, raw + off + data_len, raw_len - off - data_len);
+    } else {
+        strbuf_puts(&ev, "data: ");
+        strbuf_append(&ev, p, pl);
+        strbuf_puts(&ev, "\n\n");
+    }
+    int rc = httpd_stream_write(pr->hreq, strbuf_str(&ev), ev.len);
+    rec_note(pr, strbuf_str(&ev), ev.len);
+    strbuf_release(&ev);
+    free(p);
+    return rc;
+}
+
 static int on_sse_event(const char *raw, size_t raw_len, const char *data, size_t data_len,
                         bool has_data, void *arg)
 {
@@ -527,25 +607,59 @@ static int on_sse_event(const char *raw, size_t raw_len, const char *data, size_
             return 0;
         }
         char *s = json_dumps(j, JSON_COMPACT);
-        char *ev = xasprintf("data: %s\n\n", s ? s : "{}");
-        rc = httpd_stream_write(pr->hreq, ev, strlen(ev));
-        rec_note(pr, ev, strlen(ev));
-        free(ev);
+        if (pr->acc) {
+            rc = sampled_event(pr, raw, raw_len, data, data_len, s ? s : "{}");
+        } else {
+            char *ev = xasprintf("data: %s\n\n", s ? s : "{}");
+            rc = httpd_stream_write(pr->hreq, ev, strlen(ev));
+            rec_note(pr, ev, strlen(ev));
+            free(ev);
+        }
         free(s);
     } else if (has_data && pdreq_has_internal(data, data_len) &&
                (j = json_loadb(data, data_len, 0, NULL)) && pdreq_strip_response(j)) {
         char *s = json_dumps(j, JSON_COMPACT);
-        char *ev = xasprintf("data: %s\n\n", s ? s : "{}");
-        rc = httpd_stream_write(pr->hreq, ev, strlen(ev));
-        rec_note(pr, ev, strlen(ev));
-        free(ev);
+        if (pr->acc) {
+            rc = sampled_event(pr, raw, raw_len, data, data_len, s ? s : "{}");
+        } else {
+            char *ev = xasprintf("data: %s\n\n", s ? s : "{}");
+            rc = httpd_stream_write(pr->hreq, ev, strlen(ev));
+            rec_note(pr, ev, strlen(ev));
+            free(ev);
+        }
         free(s);
+    } else if (pr->acc && has_data && data_len && data[0] == '{') {
+        rc = sampled_event(pr, raw, raw_len, data, data_len, NULL);
     } else {
         rc = httpd_stream_write(pr->hreq, raw, raw_len);
         rec_note(pr, raw, raw_len);
     }
     json_decref(j);
     return rc < 0 ? 1 : 0;
+}
+
+/* The answer completed: the sample goes to the management thread (precision.h). */
+static void sample_finish(struct preq *pr)
+{
+    if (!pr->acc)
+        return;
+    struct qck_acc *a = pr->acc;
+    pr->acc = NULL;
+    if (pr->sample_mixed) {
+        qck_acc_release(a);
+        free(a);
+        return;
+    }
+    prec_submit(pr->c, pr->samp_p, pr->samp_d, a);
+}
+
+static void sample_drop(struct preq *pr)
+{
+    if (!pr->acc)
+        return;
+    qck_acc_release(pr->acc);
+    free(pr->acc);
+    pr->acc = NULL;
 }
 
 /* The end of the last complete event in rec[lo..len) (a blank line: LF LF or LF CR LF),
@@ -603,7 +717,7 @@ static int rec_forward(struct preq *pr, const char *data, size_t len)
 /* Did the stream end as a finished OpenAI stream does, with data: [DONE]? */
 static bool stream_finished(const struct preq *pr)
 {
-    if (pr->mode != MODE_SINGLE || pr->rs)
+    if (pr->mode != MODE_SINGLE || pr->rs || pr->acc)
         return pr->done_seen;
     /* recording: the stream is in rec; else its last bytes are in tail */
     const char *t = pr->rec.max ? pr->rec.buf : pr->tail;
@@ -785,6 +899,7 @@ static bool reschedule(struct preq *pr, struct leg *leg, const char *error, cons
     json_decref(pr->cont);
     pr->cont = cont;
     pr->reschedules++;
+    pr->sample_mixed = true; /* still projected, no longer judged */
     pr->done_seen = false;
     snprintf(pr->up_rid, sizeof(pr->up_rid), "%s-r%d", pr->rid, pr->reschedules);
     pr->resched_us = util_mono_us();
@@ -857,6 +972,7 @@ static void main_done(struct preq *pr, struct leg *leg, const struct httpc_respo
             return;
         }
         preq_end(pr, REQ_EV_COMPLETE, NO_CAUSE, &(struct answer){.status = 200});
+        sample_finish(pr);
         return;
     }
     /* A body framed by chunks can end cleanly half-way: scanned whole. One framed by
@@ -869,26 +985,32 @@ static void main_done(struct preq *pr, struct leg *leg, const struct httpc_respo
         return;
     }
     metrics_histogram_observe(pr->c->m.ttft, (double)(util_mono_us() - pr->start_us) / 1e6);
-    if (pr->mode != MODE_SINGLE && pdreq_has_internal(strbuf_str(&leg->body), leg->body.len)) {
-        json_t *j = json_loadb(strbuf_str(&leg->body), leg->body.len, 0, NULL);
-        if (j && pdreq_strip_response(j)) {
-            char *s = json_dumps(j, JSON_COMPACT);
-            json_decref(j);
-            preq_end(pr, REQ_EV_COMPLETE, NO_CAUSE,
-                     &(struct answer){
-                         .status = 200, .ctype = "application/json", .body = s, .len = strlen(s)});
-            free(s);
-            return;
-        }
-        json_decref(j);
-    }
     size_t len = leg->body.len;
     char *body = strbuf_take(&leg->body);
     char *ct = xstrdup(leg->ctype);
+    if (pr->mode != MODE_SINGLE && body && pdreq_has_internal(body, len)) {
+        json_t *j = json_loadb(body, len, 0, NULL);
+        if (j && pdreq_strip_response(j)) {
+            free(body);
+            body = json_dumps(j, JSON_COMPACT);
+            len = strlen(body);
+            free(ct);
+            ct = xstrdup("application/json");
+        }
+        json_decref(j);
+    }
+    char *proj;
+    size_t pl;
+    if (pr->acc && body && sample_json(pr, body, len, &proj, &pl)) {
+        free(body);
+        body = proj;
+        len = pl;
+    }
     preq_end(pr, REQ_EV_COMPLETE, NO_CAUSE,
              &(struct answer){.status = 200, .ctype = ct, .body = body, .len = len});
     free(ct);
     free(body);
+    sample_finish(pr);
 }
 
 static void leg_start(struct preq *pr, struct leg *leg, const char *body, size_t len, bool stream);
@@ -1014,6 +1136,7 @@ struct pick_ctx {
     const struct instance *p; /* for the decode pick: the prefill it must match */
     bool strict;              /* honour the avoid list */
     int64_t now;
+    int64_t only; /* >= 0: this instance only (a precision probe's pin) */
 };
 
 static bool model_ok(const struct instance *in, const char *model)
@@ -1034,6 +1157,8 @@ static bool pick_filter(struct instance *in, const struct inst_endpoint *ep, voi
         if (x->p->model_name[0] && in->model_name[0] && strcmp(in->model_name, x->p->model_name))
             return false;
     }
+    if (x->only >= 0 && in->id != x->only)
+        return false;
     if (x->strict && avoided(x->pr, in, ep))
         return false;
     return inst_breaker_peek(in, x->now);
@@ -1044,7 +1169,10 @@ static bool pick_role(struct preq *pr, enum wire_role role, const struct instanc
                       struct leg *out)
 {
     struct inst_snapshot *s = pr->snap;
-    struct pick_ctx x = {pr, pr->model, pair, true, util_mono_ms()};
+    int64_t only = -1;
+    if (pr->probe)
+        only = role == WIRE_ROLE_PREFILL && pair == NULL && pr->pin_p >= 0 ? pr->pin_p : pr->pin_d;
+    struct pick_ctx x = {pr, pr->model, pair, true, util_mono_ms(), only};
     for (int tries = 0; tries < 8; tries++) {
         struct bal_pick p;
         int rc = bal_select(pr->set->policy, pr->set->instance_score_weight, s->routable[role],
@@ -1092,6 +1220,23 @@ static bool plan(struct preq *pr)
     struct leg *p = &pr->legs[LEG_PREFILL], *d = &pr->legs[LEG_MAIN];
     p->which = LEG_PREFILL;
     d->which = LEG_MAIN;
+    if (pr->probe) {
+        /* pinned: the suspect pair or nothing */
+        if (pr->pin_p >= 0) {
+            if (!pick_role(pr, WIRE_ROLE_PREFILL, NULL, p))
+                return false;
+            if (pick_role(pr, WIRE_ROLE_DECODE, p->inst, d)) {
+                pr->mode = p->inst->engine == INST_ENGINE_SGLANG ? MODE_SGLANG_PD : MODE_VLLM_PD;
+                return true;
+            }
+            leg_release(pr, p);
+            return false;
+        }
+        pr->mode = MODE_SINGLE;
+        return pick_role(pr, WIRE_ROLE_UNION, NULL, d) ||
+               pick_role(pr, WIRE_ROLE_DECODE, NULL, d) ||
+               pick_role(pr, WIRE_ROLE_PREFILL, NULL, d);
+    }
     bool pd_present = s->n_routable[WIRE_ROLE_PREFILL] || s->n_routable[WIRE_ROLE_DECODE];
     if (s->n_routable[WIRE_ROLE_PREFILL] && s->n_routable[WIRE_ROLE_DECODE]) {
         if (pick_role(pr, WIRE_ROLE_PREFILL, NULL, p)) {
@@ -1156,6 +1301,68 @@ static bool preq_tree(struct preq *pr)
     return true;
 }
 
+/* The decode instance's sampling window was claimed: ask the engine for Motor's logprobs
+ * (max of the client's and logprobs_count) and token ids, and remember what the client
+ * asked for. A body whose logprobs fields the engine would judge (wrong types, top
+ * logprobs without logprobs, an echo) is left alone: not sampled. */
+static void sample_begin(struct preq *pr)
+{
+    if (!pr->body) {
+        size_t len;
+        const char *raw = pr->hreq ? httpd_req_body(pr->hreq, &len) : NULL;
+        json_t *j = raw ? json_loadb(raw, len, 0, NULL) : NULL;
+        if (!json_is_object(j)) {
+            json_decref(j);
+            return;
+        }
+        pr->body = j;
+    }
+    json_t *b = pr->body;
+    int k_motor = pr->set->prec_logprobs;
+    struct lpproj proj = {.chat = pr->api == API_CHAT};
+    json_t *lp = json_object_get(b, "logprobs");
+    if (pr->api == API_CHAT) {
+        json_t *tl = json_object_get(b, "top_logprobs");
+        bool tl_set = tl && !json_is_null(tl);
+        if (tl_set &&
+            (!json_is_integer(tl) || json_integer_value(tl) < 0 || json_integer_value(tl) > 20))
+            return;
+        if (json_is_true(lp)) {
+            proj.top = tl_set ? (int)json_integer_value(tl) : 0;
+        } else if (!lp || json_is_null(lp) || json_is_false(lp)) {
+            if (tl_set)
+                return;
+            proj.strip = true;
+            json_object_set_new(b, "logprobs", json_true());
+        } else {
+            return;
+        }
+        if (proj.strip || proj.top < k_motor)
+            json_object_set_new(b, "top_logprobs", json_integer(k_motor));
+    } else {
+        if (json_is_true(json_object_get(b, "echo")))
+            return; /* the prompt's logprobs would be judged as output */
+        if (lp && !json_is_null(lp)) {
+            if (!json_is_integer(lp) || json_integer_value(lp) < 0 || json_integer_value(lp) > 20)
+                return;
+            proj.top = (int)json_integer_value(lp);
+        } else {
+            proj.strip = true;
+        }
+        if (proj.strip || proj.top < k_motor)
+            json_object_set_new(b, "logprobs", json_integer(k_motor));
+    }
+    /* Token ids make repetition exact; only where the client sees no token strings. */
+    if (proj.strip && !json_object_get(b, "return_tokens_as_token_ids"))
+        json_object_set_new(b, "return_tokens_as_token_ids", json_true());
+    pr->proj = proj;
+    pr->acc = xmalloc(sizeof(*pr->acc));
+    qck_acc_init(pr->acc, PROXY_SAMPLE_TOKENS, PROXY_SAMPLE_TEXT);
+    log_debug("precision_sampled", LF_STR("request_id", pr->rid),
+              LF_INT("d_instance_id", pr->samp_d), LF_BOOL("client_logprobs", !proj.strip),
+              LF_INT("client_top", proj.top), LF_INT("logprobs_count", k_motor));
+}
+
 /* ROUTING: pick a route and send its legs. */
 static void attempt(struct preq *pr)
 {
@@ -1188,6 +1395,15 @@ static void attempt(struct preq *pr)
     log_debug("route", LF_STR("request_id", pr->rid), LF_STR("mode", mode_names[pr->mode]),
               LF_INT("prefill_instance", p->inst ? p->inst->id : -1),
               LF_INT("main_instance", d->inst->id), LF_INT("attempt", pr->attempts));
+    if (!pr->cont) { /* a continuation keeps the sample's group: it is not judged */
+        pr->samp_p = pr->mode != MODE_SINGLE ? p->inst->id : -1;
+        pr->samp_d = d->inst->id;
+    }
+    if (!pr->sample_tried && !pr->probe && pr->set->prec_enable) {
+        pr->sample_tried = true;
+        if (prec_claim(pr->c, pr->set, d->inst->id, now_ms(pr)))
+            sample_begin(pr);
+    }
     switch (pr->mode) {
     case MODE_SINGLE: {
         if (pr->cont) {
@@ -1206,7 +1422,13 @@ static void attempt(struct preq *pr)
         }
         if (!step(pr, REQ_EV_SENT, mode_names[pr->mode]))
             return;
-        leg_start(pr, d, raw, len, pr->stream);
+        if (pr->acc) { /* the sampled body */
+            char *sb = json_dumps(pr->body, JSON_COMPACT);
+            leg_start(pr, d, sb, strlen(sb), pr->stream);
+            free(sb);
+        } else {
+            leg_start(pr, d, raw, len, pr->stream);
+        }
         break;
     }
     case MODE_VLLM_PD: {
@@ -1372,6 +1594,7 @@ static void on_close(struct httpd_req *req, void *arg)
     list_remove(&pr->link);
     w->n_live--;
     metrics_gauge_dec(pr->c->m.inflight);
+    sample_drop(pr); /* an answer that did not complete: no sample */
     json_decref(pr->body);
     json_decref(pr->cont);
     if (pr->rs) {
@@ -1447,6 +1670,9 @@ static void handle_infer(struct httpd_req *req, struct coord_worker *w, enum api
     pr->legs[LEG_MAIN].pr = pr;
     pr->legs[LEG_PREFILL].which = LEG_PREFILL;
     pr->legs[LEG_MAIN].which = LEG_MAIN;
+    pr->pin_p = pr->pin_d = -1;
+    pr->probe =
+        prec_probe_pin(c, httpd_req_header(req, "X-Motor-Precision-Probe"), &pr->pin_p, &pr->pin_d);
     if (!w->rid_prefix_len) {
         int n = snprintf(w->rid_prefix, sizeof(w->rid_prefix), "motor-%08x-%02x-",
                          (unsigned)(c->start_wall_ms & 0xffffffff), w->idx);

@@ -241,7 +241,10 @@ void sim_text_logprobs(enum sim_mode mode, uint64_t seed, int i, int32_t sampled
         top = SIM_TEXT_MAX_TOP;
     uint64_t r = rnd(seed ^ 0x109b7ULL, i);
     double p[SIM_TEXT_MAX_TOP + 1];
-    int slots = top > 0 ? top : 1;
+    /* The whole distribution is made whatever `top` asks for: a real engine's logprobs
+     * do not depend on how many of them a request lists (a gateway that asks for more
+     * and projects them back relies on it). */
+    int slots = SIM_TEXT_MAX_TOP;
     int rank; /* 1-based; > slots means outside the top list */
     double p_sampled;
     switch (mode) {

@@ -59,14 +59,15 @@ class Coord:
 
 def start_coordinator(procs: ProcRegistry, tmpdir: str, config: Optional[dict] = None,
                       workers: int = 2, extra: tuple = (), env: Optional[dict] = None,
-                      name: str = "coordinator") -> Coord:
+                      name: str = "coordinator", root: Optional[dict] = None) -> Coord:
     """`motor coordinator --port 0 --mgmt-port 0` with an optional
-    motor_coordinator_config block (written to a user_config.json)."""
+    motor_coordinator_config block (written to a user_config.json; root: other blocks
+    of the same file, e.g. motor_controller_config)."""
     argv = ["coordinator", "--port", "0", "--mgmt-port", "0", "--workers", str(workers)]
-    if config is not None:
+    if config is not None or root is not None:
         path = os.path.join(tmpdir, f"{name}-user_config.json")
         with open(path, "w") as f:
-            json.dump({"motor_coordinator_config": config}, f)
+            json.dump({"motor_coordinator_config": config or {}, **(root or {})}, f)
         argv += ["--config", path]
     argv += list(extra)
     p = procs.motor(*argv, name=name, extra_env=env)
