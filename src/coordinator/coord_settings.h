@@ -27,6 +27,9 @@ struct csettings {
     uint64_t version;
     /* scheduler_config */
     enum bal_policy policy;
+    bool tokenize;               /* kv_cache_affinity, compute_length: /tokenize first */
+    int64_t tokenize_timeout_ms; /* scheduler_config.tokenize_timeout */
+    double load_gate_factor;     /* load_gated's bound */
     double instance_score_weight;
     bool pd_fallback_to_hybrid;
     bool decode_colocation;

@@ -222,8 +222,7 @@ static uint32_t alloc_entry(struct kvidx *x, struct kvidx_stats *st)
     return (uint32_t)x->used++;
 }
 
-static void store(struct kvidx *x, uint32_t slot, uint64_t eh, uint64_t key,
-                  struct kvidx_stats *st)
+static void store(struct kvidx *x, uint32_t slot, uint64_t eh, uint64_t key, struct kvidx_stats *st)
 {
     uint32_t i = find_e(x, slot, eh);
     if (i != NIL) {
@@ -556,8 +555,7 @@ static int read_event_map(struct msgpk_reader *r, uint32_t n, struct ev *e)
     return 0;
 }
 
-static void apply_event(struct kvidx *x, uint32_t slot, const struct ev *e,
-                        struct kvidx_stats *st)
+static void apply_event(struct kvidx *x, uint32_t slot, const struct ev *e, struct kvidx_stats *st)
 {
     struct kvslot *s = &x->slots[slot];
     switch (e->kind) {
@@ -650,8 +648,8 @@ static int read_rank(struct msgpk_reader *r, int *dp_rank)
     return 0;
 }
 
-int kvidx_apply(struct kvidx *x, int slot, const void *payload, size_t len,
-                struct kvidx_stats *st, int *dp_rank)
+int kvidx_apply(struct kvidx *x, int slot, const void *payload, size_t len, struct kvidx_stats *st,
+                int *dp_rank)
 {
     if (dp_rank)
         *dp_rank = -1;

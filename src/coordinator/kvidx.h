@@ -59,8 +59,8 @@ struct kvidx_stats {
  * 0, or a negative errno when the payload is not a KVEventBatch (-EBADMSG, -ENODATA,
  * -E2BIG...): events before the error stay applied (each event is applied whole or not
  * at all). dp_rank: the batch's data_parallel_rank when present (else -1). */
-int kvidx_apply(struct kvidx *x, int slot, const void *payload, size_t len,
-                struct kvidx_stats *st, int *dp_rank);
+int kvidx_apply(struct kvidx *x, int slot, const void *payload, size_t len, struct kvidx_stats *st,
+                int *dp_rank);
 
 /* The chain keys of a token sequence: one per full block, at most cap. Pure. */
 size_t kvidx_keys(const uint32_t *tokens, size_t n, int block_size, uint64_t *out, size_t cap);

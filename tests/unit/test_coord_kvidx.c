@@ -94,8 +94,8 @@ static void put_batch_tail(struct strbuf *sb, bool map)
     msgpk_put_uint(sb, 0);
 }
 
-static int apply_stored(struct kvidx *x, int slot, uint32_t first, uint32_t n, int salt,
-                        bool map, bool int_hash, struct kvidx_stats *st)
+static int apply_stored(struct kvidx *x, int slot, uint32_t first, uint32_t n, int salt, bool map,
+                        bool int_hash, struct kvidx_stats *st)
 {
     struct strbuf sb;
     strbuf_init(&sb, 1 << 22);
@@ -318,8 +318,8 @@ static void test_hostile(void **st_)
         kvidx_free(y);
     }
     /* Huge declared counts cost nothing. */
-    static const uint8_t huge[] = {0x93, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0, 0xdd, 0xff, 0xff, 0xff,
-                                   0xff};
+    static const uint8_t huge[] = {0x93, 0xcb, 0,    0,    0,    0,    0,   0,
+                                   0,    0,    0xdd, 0xff, 0xff, 0xff, 0xff};
     assert_true(kvidx_apply(x, a, huge, sizeof(huge), &st, NULL) < 0);
     static const uint8_t not_batch[] = {0xa3, 'a', 'b', 'c'};
     assert_int_equal(kvidx_apply(x, a, not_batch, sizeof(not_batch), &st, NULL), -EBADMSG);
