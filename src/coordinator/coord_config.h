@@ -50,6 +50,9 @@ struct ccfg {
     enum ccfg_kv_mode kv_mode;    /* kv_cache_affinity_mode (unified) */
     char *kv_mode_name;
     double load_gate_factor;      /* (motor) load_gated: favoured load <= this x mean */
+    bool kv_approx;               /* (motor) kv_cache_affinity_source approximate */
+    char *kv_source_name;
+    size_t approx_chunks;         /* (motor) approximate: chunks remembered per endpoint */
     int64_t tokenize_timeout_ms;  /* (motor) the engine's /tokenize, before routing */
     double instance_score_weight; /* endpoint_instance_score_weight (0.05) */
     bool pd_fallback_to_hybrid;   /* enable_pd_separation_fallback_to_hybrid (true) */

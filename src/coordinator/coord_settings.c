@@ -17,7 +17,8 @@ struct csettings *csettings_new(const struct ccfg *cfg, uint64_t version)
         break;
     case CCFG_SCHED_KV_AFFINITY:
         s->policy = cfg->kv_mode == CCFG_KV_LOAD_GATED ? BAL_KV_LOAD_GATED : BAL_KV_UNIFIED;
-        s->tokenize = true;
+        s->approx = cfg->kv_approx;
+        s->tokenize = !cfg->kv_approx;
         break;
     case CCFG_SCHED_COMPUTE_LENGTH:
         s->policy = BAL_LEAST_TOKENS;
@@ -29,6 +30,7 @@ struct csettings *csettings_new(const struct ccfg *cfg, uint64_t version)
     }
     s->tokenize_timeout_ms = cfg->tokenize_timeout_ms;
     s->load_gate_factor = cfg->load_gate_factor;
+    s->approx_chunks = cfg->approx_chunks;
     s->instance_score_weight = cfg->instance_score_weight;
     s->pd_fallback_to_hybrid = cfg->pd_fallback_to_hybrid;
     s->decode_colocation = cfg->decode_colocation;

@@ -29,7 +29,7 @@ struct kvb {
 struct kvslot {
     char *hostport; /* NULL = free */
     int block_size;
-    uint32_t head;
+    uint32_t head, tail; /* most recently stored first */
     size_t n;
 };
 
@@ -181,6 +181,33 @@ static void lru_push(struct kvidx *x, uint32_t i)
         x->lru_tail = i;
 }
 
+static void slot_unlink(struct kvidx *x, uint32_t i)
+{
+    struct kvb *b = &x->v[i];
+    struct kvslot *s = &x->slots[b->slot];
+    if (b->s_prev != NIL)
+        x->v[b->s_prev].s_next = b->s_next;
+    else
+        s->head = b->s_next;
+    if (b->s_next != NIL)
+        x->v[b->s_next].s_prev = b->s_prev;
+    else
+        s->tail = b->s_prev;
+}
+
+static void slot_push(struct kvidx *x, uint32_t i)
+{
+    struct kvb *b = &x->v[i];
+    struct kvslot *s = &x->slots[b->slot];
+    b->s_prev = NIL;
+    b->s_next = s->head;
+    if (s->head != NIL)
+        x->v[s->head].s_prev = i;
+    s->head = i;
+    if (s->tail == NIL)
+        s->tail = i;
+}
+
 static void drop(struct kvidx *x, uint32_t i)
 {
     struct kvb *b = &x->v[i];
@@ -194,6 +221,8 @@ static void drop(struct kvidx *x, uint32_t i)
         s->head = b->s_next;
     if (b->s_next != NIL)
         x->v[b->s_next].s_prev = b->s_prev;
+    else
+        s->tail = b->s_prev;
     s->n--;
     b->slot = NIL;
     b->next_e = x->free_head;
@@ -235,6 +264,8 @@ static void store(struct kvidx *x, uint32_t slot, uint64_t eh, uint64_t key, str
         }
         lru_unlink(x, i);
         lru_push(x, i);
+        slot_unlink(x, i);
+        slot_push(x, i);
         st->stored++;
         return;
     }
@@ -250,11 +281,7 @@ static void store(struct kvidx *x, uint32_t slot, uint64_t eh, uint64_t key, str
     b->next_k = x->bk[k];
     x->bk[k] = i;
     lru_push(x, i);
-    b->s_prev = NIL;
-    b->s_next = s->head;
-    if (s->head != NIL)
-        x->v[s->head].s_prev = i;
-    s->head = i;
+    slot_push(x, i);
     s->n++;
     x->entries++;
     st->stored++;
@@ -295,7 +322,7 @@ int kvidx_slot_get(struct kvidx *x, const char *hostport)
         }
     if (s < 0)
         goto out;
-    x->slots[s] = (struct kvslot){.hostport = xstrdup(hostport), .head = NIL};
+    x->slots[s] = (struct kvslot){.hostport = xstrdup(hostport), .head = NIL, .tail = NIL};
     if ((size_t)s >= x->n_slots)
         x->n_slots = (size_t)s + 1;
     x->live_slots++;
@@ -777,4 +804,68 @@ size_t kvidx_slot_entries(struct kvidx *x, int slot)
     size_t n = slot_ok(x, slot) ? x->slots[slot].n : 0;
     pthread_rwlock_unlock(&x->lock);
     return n;
+}
+
+/* ---- approximate prefixes ---------------------------------------------------------- */
+
+void kvidx_learn(struct kvidx *x, const char *hostport, const uint64_t *keys, size_t n,
+                 int block_size, size_t slot_cap, struct kvidx_stats *st)
+{
+    int slot = kvidx_slot_get(x, hostport);
+    if (slot < 0 || n == 0)
+        return;
+    pthread_rwlock_wrlock(&x->lock);
+    struct kvslot *s = &x->slots[slot];
+    if (s->hostport) {
+        if (s->block_size != block_size) {
+            clear_locked(x, slot);
+            s->block_size = block_size;
+        }
+        /* The head last: it is the most shared part, the last to be forgotten. */
+        for (size_t i = n; i-- > 0;)
+            store(x, (uint32_t)slot, keys[i], keys[i], st);
+        while (slot_cap && s->n > slot_cap) {
+            drop(x, s->tail);
+            st->evicted++;
+        }
+    }
+    pthread_rwlock_unlock(&x->lock);
+}
+
+size_t kvidx_text_keys(const char *text, size_t len, uint64_t *out, size_t cap)
+{
+    size_t nb = len / KVIDX_TEXT_CHUNK;
+    if (nb > cap)
+        nb = cap;
+    uint64_t key = root_key(true, UINT64_MAX); /* apart from every token chain */
+    uint32_t chunk[KVIDX_TEXT_CHUNK];
+    for (size_t i = 0; i < nb; i++) {
+        for (size_t j = 0; j < KVIDX_TEXT_CHUNK; j++)
+            chunk[j] = (uint8_t)text[i * KVIDX_TEXT_CHUNK + j];
+        key = chain_key(key, KVIDX_TEXT_CHUNK, chunk);
+        out[i] = key;
+    }
+    return nb;
+}
+
+void kvidx_retain(struct kvidx *x, const char *const *hostports, size_t n)
+{
+    for (size_t i = 0; i < KVIDX_MAX_SLOTS; i++) {
+        pthread_rwlock_rdlock(&x->lock);
+        const char *hp = x->slots[i].hostport;
+        bool keep = !hp;
+        for (size_t j = 0; hp && !keep && j < n; j++)
+            keep = strcmp(hp, hostports[j]) == 0;
+        pthread_rwlock_unlock(&x->lock);
+        if (!keep)
+            kvidx_slot_remove(x, (int)i);
+    }
+}
+
+int kvidx_slot_find(struct kvidx *x, const char *hostport)
+{
+    pthread_rwlock_rdlock(&x->lock);
+    int s = map_find(x, hostport);
+    pthread_rwlock_unlock(&x->lock);
+    return s;
 }

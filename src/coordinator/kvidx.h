@@ -80,5 +80,22 @@ struct kvidx_info {
 void kvidx_info(struct kvidx *x, struct kvidx_info *out);
 /* Entries of one slot (tests, /instances). */
 size_t kvidx_slot_entries(struct kvidx *x, int slot);
+int kvidx_slot_find(struct kvidx *x, const char *hostport); /* -1 when none */
+
+/* ---- approximate prefixes (no engine events) ------------------------------------
+ * For engines that publish nothing, the index remembers what the coordinator sent
+ * where, SGLang-router style: a request's prompt text cut in KVIDX_TEXT_CHUNK-byte
+ * chunks, chained like blocks (a trie with chunk-sized edges: a chunk's key is its
+ * whole prefix), learned by the endpoint it was routed to. Each endpoint keeps at most
+ * slot_cap chunks, the least recently routed forgotten first (what an engine's LRU
+ * cache would have dropped); max_blocks still bounds the whole. */
+#define KVIDX_TEXT_CHUNK 64
+/* Keys of text's full chunks, at most cap. Pure. */
+size_t kvidx_text_keys(const char *text, size_t len, uint64_t *out, size_t cap);
+/* Record that hostport was sent keys[0..n) (created as a slot when new). */
+void kvidx_learn(struct kvidx *x, const char *hostport, const uint64_t *keys, size_t n,
+                 int block_size, size_t slot_cap, struct kvidx_stats *st);
+/* Remove every slot whose name is not in hostports[0..n) (endpoints that left). */
+void kvidx_retain(struct kvidx *x, const char *const *hostports, size_t n);
 
 #endif

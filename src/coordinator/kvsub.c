@@ -246,8 +246,26 @@ static struct kvsub_ep *ep_open(struct kvsub *ks, const struct inst_endpoint *ie
 
 static bool wanted(const struct coord *c)
 {
-    return c->cfg.scheduler == CCFG_SCHED_KV_AFFINITY && c->cfg.kv_event_port > 0 &&
-           !(c->cfg.conductor_service && *c->cfg.conductor_service);
+    return c->cfg.scheduler == CCFG_SCHED_KV_AFFINITY && !c->cfg.kv_approx &&
+           c->cfg.kv_event_port > 0 && !(c->cfg.conductor_service && *c->cfg.conductor_service);
+}
+
+/* Approximate prefixes: the workers create the slots as they route; the endpoints that
+ * left the table are dropped here. */
+static void approx_sync(struct coord *c)
+{
+    if (!kv_index(c))
+        atomic_store_explicit(&c->kvidx, kvidx_new(c->cfg.kv_max_blocks), memory_order_release);
+    size_t n = 0;
+    for (size_t i = 0; i < c->table.n; i++)
+        n += c->table.v[i]->n_eps;
+    const char **hp = xcalloc(n + 1, sizeof(*hp));
+    n = 0;
+    for (size_t i = 0; i < c->table.n; i++)
+        for (size_t j = 0; j < c->table.v[i]->n_eps; j++)
+            hp[n++] = c->table.v[i]->eps[j].hostport;
+    kvidx_retain(kv_index(c), hp, n);
+    free(hp);
 }
 
 static struct kvsub_ep *find(struct kvsub *ks, const char *hostport, const char *endpoint)
@@ -260,6 +278,11 @@ static struct kvsub_ep *find(struct kvsub *ks, const char *hostport, const char 
 
 void kvsub_sync(struct coord *c)
 {
+    if (c->cfg.scheduler == CCFG_SCHED_KV_AFFINITY && c->cfg.kv_approx) {
+        kvsub_stop(c); /* no events in this mode */
+        approx_sync(c);
+        return;
+    }
     if (!wanted(c) && !c->kv)
         return;
     if (!kv_index(c))

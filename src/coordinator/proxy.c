@@ -1070,8 +1070,10 @@ static void kv_match(void *ctx, const char *const *hostports, size_t m, uint32_t
         return;
     }
     kvidx_match(x, pr->kv_keys, pr->n_keys, pr->kv_bs, hostports, m, tokens);
+    /* Approximate chunks are text: counted as the balancer's characters / 4. */
+    uint32_t per = pr->set->approx ? KVIDX_TEXT_CHUNK / 4 : (uint32_t)pr->kv_bs;
     for (size_t j = 0; j < m; j++)
-        tokens[j] *= (uint32_t)pr->kv_bs;
+        tokens[j] *= per;
 }
 
 static int select_ep(struct preq *pr, enum wire_role role, struct pick_ctx *x,
@@ -1082,21 +1084,29 @@ static int select_ep(struct preq *pr, enum wire_role role, struct pick_ctx *x,
     /* Cache affinity for the leg that computes the prompt (not a PD decode). */
     if ((set->policy == BAL_KV_UNIFIED || set->policy == BAL_KV_LOAD_GATED) && pr->n_keys &&
         role != WIRE_ROLE_DECODE) {
+        int64_t prompt =
+            pr->prompt_tokens >= 0 ? pr->prompt_tokens : reqscan_estimate_tokens(&pr->scan, true);
         struct bal_affinity aff = {.match = kv_match,
                                    .ctx = pr,
-                                   .prompt_tokens = pr->prompt_tokens,
+                                   .prompt_tokens = prompt,
                                    .req_tokens = reqscan_estimate_tokens(&pr->scan, false) -
-                                                 reqscan_estimate_tokens(&pr->scan, true) +
-                                                 pr->prompt_tokens,
+                                                 reqscan_estimate_tokens(&pr->scan, true) + prompt,
                                    .gate = set->load_gate_factor};
         int rc = bal_select_affinity(set->policy, set->instance_score_weight, s->routable[role],
                                      s->n_routable[role], pick_filter, x, &pr->c->rr[role], &aff,
                                      p);
+        struct kvidx *ix = atomic_load_explicit(&pr->c->kvidx, memory_order_acquire);
+        if (rc == 0 && set->approx && ix) {
+            /* What this endpoint will have cached once it computed the prompt. */
+            struct kvidx_stats st = {0};
+            kvidx_learn(ix, p->ep->hostport, pr->kv_keys, pr->n_keys, KVIDX_TEXT_CHUNK,
+                        set->approx_chunks, &st);
+        }
         if (rc == 0) {
-            metrics_counter_add(pr->c->m.prefix_prompt_tokens, (uint64_t)pr->prompt_tokens);
+            metrics_counter_add(pr->c->m.prefix_prompt_tokens, (uint64_t)prompt);
             metrics_counter_add(pr->c->m.prefix_matched_tokens, aff.matched);
             log_debug("prefix_route", LF_STR("request_id", pr->rid),
-                      LF_STR("endpoint", p->ep->hostport), LF_INT("prompt_tokens", pr->prompt_tokens),
+                      LF_STR("endpoint", p->ep->hostport), LF_INT("prompt_tokens", prompt),
                       LF_INT("matched_tokens", aff.matched));
         }
         return rc;
@@ -1543,6 +1553,59 @@ static const struct inst_endpoint *tokenizer_ep(struct preq *pr)
     return NULL;
 }
 
+/* The prompt as text, for approximate prefixes: a completion's prompt string, or a
+ * chat's messages (role and text content of each, with separators). */
+static void prompt_text(const json_t *body, bool chat, struct strbuf *out)
+{
+    if (!chat) {
+        json_t *p = json_object_get(body, "prompt");
+        if (json_is_array(p) && json_array_size(p) >= 1)
+            p = json_array_get(p, 0);
+        if (json_is_string(p))
+            strbuf_append(out, json_string_value(p), json_string_length(p));
+        return;
+    }
+    json_t *msgs = json_object_get(body, "messages"), *m;
+    size_t i;
+    json_array_foreach(msgs, i, m)
+    {
+        json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
+        if (json_is_string(role))
+            strbuf_puts(out, json_string_value(role));
+        strbuf_putc(out, '\x1f');
+        if (json_is_string(content)) {
+            strbuf_append(out, json_string_value(content), json_string_length(content));
+        } else if (json_is_array(content)) {
+            json_t *part;
+            size_t k;
+            json_array_foreach(content, k, part)
+            {
+                json_t *t = json_object_get(part, "text");
+                if (json_is_string(t))
+                    strbuf_append(out, json_string_value(t), json_string_length(t));
+            }
+        }
+        strbuf_putc(out, '\x1e');
+    }
+}
+
+static void approx_keys(struct preq *pr)
+{
+    if (!preq_tree(pr))
+        return;
+    struct strbuf sb;
+    strbuf_init(&sb, 64u << 20);
+    prompt_text(pr->body, pr->api == API_CHAT, &sb);
+    size_t nk = sb.len / KVIDX_TEXT_CHUNK;
+    if (nk) {
+        pr->kv_keys = xmalloc(nk * sizeof(uint64_t));
+        pr->n_keys = kvidx_text_keys(sb.buf, sb.len, pr->kv_keys, nk);
+        pr->kv_bs = KVIDX_TEXT_CHUNK;
+    }
+    strbuf_release(&sb);
+    attempt(pr);
+}
+
 /* ROUTING -> TOKENIZING, or straight to the first attempt when the ids are in the
  * request, when it is not one prompt, or when no engine can tokenize it. */
 static void tokenize(struct preq *pr)
@@ -1664,6 +1727,8 @@ static void handle_infer(struct httpd_req *req, struct coord_worker *w, enum api
     pr->prompt_tokens = -1;
     if (set->tokenize)
         tokenize(pr);
+    else if (set->approx && (set->policy == BAL_KV_UNIFIED || set->policy == BAL_KV_LOAD_GATED))
+        approx_keys(pr);
     else
         attempt(pr);
 }

@@ -225,3 +225,44 @@ def test_tokenizer_failure_and_compute_length(procs, tmp_path):
     assert not c.find_events("scheduler_degraded")
     assert kv_index(c) is None  # no index without kv_cache_affinity
     stop_clean(c)
+
+
+def test_approximate_prefixes_without_events(procs, tmp_path):
+    """Engines that publish nothing: the coordinator remembers what it sent where."""
+    sims = [start_sim(procs, *FAST, "--model", "m", "--block-size", "4", name=f"plain{i}")
+            for i in range(N)]
+    c = start_coordinator(procs, str(tmp_path), {
+        "scheduler_config": {"scheduler_type": "kv_cache_affinity",
+                             "kv_cache_affinity_source": "approximate",
+                             "kv_cache_affinity_mode": "load_gated"}})
+    eps = {"127.0.0.1": {str(r): {"id": r, "ip": "127.0.0.1", "business_port": str(s.port),
+                                  "status": "normal", "headless": False}
+                         for r, s in enumerate(sims)}}
+    c.set_instances([{"id": 1, "role": "union", "job_name": "job", "model_name": "m",
+                      "engine_type": "vllm", "status": "active", "endpoints": eps}])
+    home = {}
+    for turn in range(3):
+        for k in range(8):
+            before = [served(s) for s in sims]
+            h0 = [hits(s) for s in sims]
+            msgs = [{"role": "system", "content": session_prompt(k, 0)},
+                    {"role": "user", "content": session_prompt(k, turn)[-200:]}]
+            r = c.chat(model="m", messages=msgs if turn else msgs[:1], max_tokens=2)
+            assert r.status == 200, r
+            i = who_served(sims, before)
+            if turn == 0:
+                home[k] = i
+            else:
+                assert i == home[k], (k, turn, home)
+                assert hits(sims[i]) > h0[i]
+    assert len(set(home.values())) >= 2, home
+    assert c.metric("motor_coordinator_tokenize_requests_total", {"result": "ok"}) == 0
+    assert not c.find_events("kv_events_subscribed")
+    idx = kv_index(c)
+    assert idx["blocks"] > 0 and idx["slots"] == N
+    # An endpoint that leaves the table leaves the index.
+    c.set_instances([{"id": 1, "role": "union", "job_name": "job", "model_name": "m",
+                      "engine_type": "vllm", "status": "active",
+                      "endpoints": {"127.0.0.1": {"0": eps["127.0.0.1"]["0"]}}}])
+    assert kv_index(c)["slots"] <= 1
+    stop_clean(c)
