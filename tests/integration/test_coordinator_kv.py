@@ -202,14 +202,22 @@ def test_index_memory_bound(procs, tmp_path):
 
 def test_tokenizer_failure_and_compute_length(procs, tmp_path):
     sims, base, rbase = start_fleet(procs, n=2)
-    # A tokenizer that can never answer in time: requests are balanced on load, no error.
-    c = start_coordinator(procs, str(tmp_path),
-                          kv_config(base, rbase, scheduler_config__tokenize_timeout=0.001),
-                          name="late")
-    c.set_instances([dp_instance(sims)])
-    for k in range(4):
+    # One engine is gone (nothing listens on its port): the prompts it is asked to
+    # tokenize fail, those requests are balanced on load alone, and every client gets
+    # its answer (the dead endpoint's legs are retried elsewhere).
+    dead = free_port()
+    c = start_coordinator(procs, str(tmp_path), kv_config(base, rbase), name="late",
+                          workers=1)
+    gone = {"id": 2, "role": "union", "job_name": "job2", "model_name": "m",
+            "engine_type": "vllm", "status": "active",
+            "endpoints": {"127.0.0.1": {"0": {"id": 0, "ip": "127.0.0.1",
+                                              "business_port": str(dead), "status": "normal",
+                                              "headless": False}}}}
+    c.set_instances([dp_instance(sims), gone])
+    for k in range(6):
         assert c.completion(model="m", prompt=session_prompt(k, 0), max_tokens=2).status == 200
     assert c.metric("motor_coordinator_tokenize_requests_total", {"result": "failed"}) >= 1
+    assert c.metric("motor_coordinator_tokenize_requests_total", {"result": "ok"}) >= 1
     assert c.find_events("tokenize_failed")
     stop_clean(c)
     # compute_length: real token counts from /tokenize, no scheduler_degraded.

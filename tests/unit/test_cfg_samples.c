@@ -238,9 +238,11 @@ static json_t *effective(json_t *root, bool coordinator)
         ccfg_apply(&co, root, &errs);
         got = ccfg_to_json(&co);
         ccfg_release(&co);
-        /* Keys the coordinator reads since the before-image (issue 17: its log level,
+        /* Keys the coordinator reads since the before-image (mid-stream rescheduling's
+         * block; issue 17: its log level,
          * master/standby and etcd); upstream files that carry them were not read then. */
-        static const char *const since[] = {"logging_config", "standby_config", "etcd_config"};
+        static const char *const since[] = {"logging_config", "standby_config", "etcd_config",
+                                            "reschedule_config"};
         for (size_t i = 0; i < sizeof(since) / sizeof(since[0]); i++)
             json_object_del(got, since[i]);
         /* Issue 18: the KV-event block and the cache-aware scheduler's keys are new, and
