@@ -41,7 +41,7 @@ int bal_select(enum bal_policy pol, double inst_weight, struct instance *const *
             size_t pos = (c + count - start) % count;
             c++;
             double score = 0;
-            if (pol == BAL_LEAST_TOKENS) {
+            if (pol != BAL_ROUND_ROBIN) {
                 if (avg < 0)
                     avg = inst_avg_tokens(in);
                 long long t =
@@ -58,5 +58,67 @@ int bal_select(enum bal_policy pol, double inst_weight, struct instance *const *
         }
     }
     *out = best;
+    return 0;
+}
+
+static double ep_load(struct instance *in, const struct inst_endpoint *ep, double inst_weight)
+{
+    long long t = ep->load ? atomic_load_explicit(&ep->load->tokens, memory_order_relaxed) : 0;
+    return (double)t + inst_weight * inst_avg_tokens(in);
+}
+
+int bal_select_affinity(enum bal_policy pol, double inst_weight, struct instance *const *insts,
+                        size_t n, bal_filter_fn ok, void *arg, atomic_uint *rr,
+                        struct bal_affinity *aff, struct bal_pick *out)
+{
+    aff->matched = 0;
+    if (pol != BAL_KV_UNIFIED && pol != BAL_KV_LOAD_GATED)
+        return bal_select(pol, inst_weight, insts, n, ok, arg, rr, out);
+    struct bal_pick cand[BAL_AFFINITY_MAX];
+    const char *hp[BAL_AFFINITY_MAX];
+    double load[BAL_AFFINITY_MAX];
+    uint32_t got[BAL_AFFINITY_MAX];
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < insts[i]->n_eps; j++) {
+            struct inst_endpoint *ep = &insts[i]->eps[j];
+            if (!inst_ep_routable(ep) || (ok && !ok(insts[i], ep, arg)))
+                continue;
+            if (m == BAL_AFFINITY_MAX)
+                return bal_select(BAL_LEAST_TOKENS, inst_weight, insts, n, ok, arg, rr, out);
+            cand[m] = (struct bal_pick){insts[i], ep};
+            hp[m] = ep->hostport;
+            load[m] = ep_load(insts[i], ep, inst_weight);
+            m++;
+        }
+    if (m == 0)
+        return -ENOENT;
+    aff->match(aff->ctx, hp, m, got);
+    size_t start = atomic_fetch_add_explicit(rr, 1, memory_order_relaxed) % m;
+    double mean = 0;
+    for (size_t j = 0; j < m; j++)
+        mean += load[j];
+    mean /= (double)m;
+    double bound = aff->gate * mean + (double)aff->req_tokens;
+    size_t best = SIZE_MAX;
+    double best_score = 0;
+    for (size_t k = 0; k < m; k++) {
+        size_t j = (start + k) % m; /* ties go to the first in the rotation */
+        double score;
+        if (pol == BAL_KV_UNIFIED) {
+            double uncached = (double)aff->prompt_tokens - (double)got[j];
+            score = (uncached > 0 ? uncached : 0) + load[j];
+        } else {
+            /* Gated in: longest prefix first, then load (scaled below one token). */
+            bool in = load[j] <= bound;
+            score = in ? -(double)got[j] + load[j] / (bound + 1.0) / 2.0 : 1e18 + load[j];
+        }
+        if (best == SIZE_MAX || score < best_score) {
+            best = j;
+            best_score = score;
+        }
+    }
+    *out = cand[best];
+    aff->matched = got[best];
     return 0;
 }

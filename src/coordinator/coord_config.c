@@ -16,7 +16,10 @@ static const char *const src_names[] = {"", "motor_deploy_config", "motor_contro
 
 static const char *const scheds[] = {"load_balance", "round_robin", "kv_cache_affinity",
                                      "compute_length", NULL};
-static const char *const effective_scheds[] = {"load_balance", "round_robin", NULL};
+static const char *const effective_scheds[] = {"load_balance", "round_robin",
+                                               "kv_cache_affinity", "compute_length", NULL};
+static const char *const kv_modes[] = {"unified", "load_gated", NULL};
+static const char *const kv_sources[] = {"kv_events", "approximate", NULL};
 
 /* An empty host keeps the default (upstream writes "" for "not set"). */
 static const char *skip_empty(const char **s, char *buf, size_t cap)
@@ -141,10 +144,48 @@ static const struct cfgtab_row rows[] = {
      .max = 256 << 20, .def_i = 16 << 20, .doc = "inference bodies (413 above)"},
     {"scheduler_config.scheduler_type", CFGTAB_STRING, OFF(scheduler_type), .flags = L,
      .names = scheds, .def_s = "load_balance",
-     .doc = "`kv_cache_affinity` and `compute_length` degrade to `load_balance` (no KV "
-            "Conductor, no tokenizer)"},
+     .doc = "`load_balance`, `round_robin`, `kv_cache_affinity` (longest cached prefix, from "
+            "the engines' KV events), `compute_length` (load balance on real token counts)"},
     {"scheduler_config.effective_scheduler", CFGTAB_ENUM, OFF(scheduler),
      .flags = L | CFGTAB_DERIVED, .names = effective_scheds},
+    {"scheduler_config.kv_cache_affinity_mode", CFGTAB_STRING, OFF(kv_mode_name), .flags = L,
+     .names = kv_modes, .def_s = "unified",
+     .doc = "`unified`: least (uncached prompt tokens + tokens in flight); `load_gated`: the "
+            "longest cached prefix among endpoints within `load_gate_factor` of the mean load"},
+    {"scheduler_config.load_gate_factor", CFGTAB_DOUBLE, OFF(load_gate_factor), .flags = L | M,
+     .min = 1, .max = 100, .def_d = 1.5,
+     .doc = "`load_gated`: an endpoint is favoured while its tokens in flight are at most this "
+            "x the mean (plus the request's own)"},
+    {"scheduler_config.kv_cache_affinity_source", CFGTAB_STRING, OFF(kv_source_name),
+     .flags = L | M, .names = kv_sources, .def_s = "kv_events",
+     .doc = "`kv_events`: the engines' KV events; `approximate`: what the coordinator routed "
+            "where (engines that publish nothing; no `/tokenize` either)"},
+    {"scheduler_config.approximate_chunks_per_endpoint", CFGTAB_SIZE, OFF(approx_chunks),
+     .flags = L | M, .min = 16, .max = 1 << 24, .def_i = 8192,
+     .doc = "`approximate`: 64-byte prompt chunks remembered per endpoint (its cache, in "
+            "prompt text: 8192 = 512 KiB, about 130k tokens), least recently routed "
+            "forgotten first"},
+    {"scheduler_config.tokenize_timeout", CFGTAB_MS, OFF(tokenize_timeout_ms), .flags = L | M,
+     .min = 0.001, .max = 60, .def_d = 0.5,
+     .doc = "`kv_cache_affinity`/`compute_length` ask an engine's `/tokenize` first; past this "
+            "the request is balanced on load alone"},
+    {"prefill_kv_event_config.kv_event_port", CFGTAB_INT, OFF(kv_event_port), .flags = L, .min = 0,
+     .max = 65535, .def_i = 5557,
+     .doc = "the engines' KV-event PUB port (`--kv-events-config` endpoint); DP rank r "
+            "publishes on this + r (0 = subscribe to nothing)"},
+    {"prefill_kv_event_config.replay_port", CFGTAB_INT, OFF(kv_replay_port), .flags = L, .min = 0,
+     .max = 65535,
+     .doc = "the engines' `replay_endpoint` port (+ DP rank; 0 = none): lost or missed "
+            "batches are asked for again"},
+    {"prefill_kv_event_config.topic", CFGTAB_STRING, OFF(kv_topic), .flags = L, .def_s = "",
+     .doc = "the engines' KV-event topic"},
+    {"prefill_kv_event_config.conductor_service", CFGTAB_STRING, OFF(conductor_service), .flags = L,
+     .def_s = "",
+     .doc = "an upstream KV Conductor (`http://host:port`) instead of Motor's own index"},
+    {"prefill_kv_event_config.max_index_blocks", CFGTAB_SIZE, OFF(kv_max_blocks), .flags = M,
+     .min = 16, .max = 1 << 28, .def_i = 1 << 20,
+     .doc = "KV index entries (endpoint, block) at most, about 64 bytes each; the least "
+            "recently stored are forgotten beyond"},
     {"scheduler_config.endpoint_instance_score_weight", CFGTAB_DOUBLE, OFF(instance_score_weight),
      .flags = L, .min = 0, .max = 1000, .def_d = 0.05,
      .doc = "an endpoint scores its tokens in flight + this × its instance's average"},
@@ -375,10 +416,12 @@ void ccfg_apply(struct ccfg *c, json_t *root, struct cfg_errors *e)
     cfgtab_apply(&ccfg_cfgtab, SRC_CTL, c, json_is_object(ctl) ? ctl : NULL, &ctx);
     cfgtab_ctx_release(&ctx);
 
-    /* kv_cache_affinity needs the KV Conductor and compute_length a tokenizer; neither
-     * exists here, so both degrade to the default balancer (logged by the daemon). */
-    c->scheduler = strcmp(c->scheduler_type, "round_robin") == 0 ? CCFG_SCHED_ROUND_ROBIN
-                                                                 : CCFG_SCHED_LOAD_BALANCE;
+    c->scheduler = CCFG_SCHED_LOAD_BALANCE;
+    for (int i = 0; effective_scheds[i]; i++)
+        if (strcmp(c->scheduler_type, effective_scheds[i]) == 0)
+            c->scheduler = (enum ccfg_scheduler)i;
+    c->kv_mode = strcmp(c->kv_mode_name, "load_gated") == 0 ? CCFG_KV_LOAD_GATED : CCFG_KV_UNIFIED;
+    c->kv_approx = strcmp(c->kv_source_name, "approximate") == 0;
     if (c->breaker_max_open_ms < c->breaker_open_ms)
         c->breaker_max_open_ms = c->breaker_open_ms;
     check_tls(&c->infer_tls, "infer_tls_config", e);

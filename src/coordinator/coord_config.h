@@ -21,7 +21,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum ccfg_scheduler { CCFG_SCHED_LOAD_BALANCE = 0, CCFG_SCHED_ROUND_ROBIN };
+enum ccfg_scheduler {
+    CCFG_SCHED_LOAD_BALANCE = 0,
+    CCFG_SCHED_ROUND_ROBIN,
+    CCFG_SCHED_KV_AFFINITY,
+    CCFG_SCHED_COMPUTE_LENGTH,
+};
+enum ccfg_kv_mode { CCFG_KV_UNIFIED = 0, CCFG_KV_LOAD_GATED };
 
 struct ccfg_tls {
     bool enable;     /* restart: a listener cannot switch between plain and TLS */
@@ -40,10 +46,23 @@ struct ccfg {
     size_t max_body; /* (motor) max_request_body_bytes, inference requests */
     /* scheduler_config */
     enum ccfg_scheduler scheduler;
-    char *scheduler_type;         /* as configured (kv_cache_affinity etc. degrade) */
+    char *scheduler_type;         /* as configured */
+    enum ccfg_kv_mode kv_mode;    /* kv_cache_affinity_mode (unified) */
+    char *kv_mode_name;
+    double load_gate_factor;      /* (motor) load_gated: favoured load <= this x mean */
+    bool kv_approx;               /* (motor) kv_cache_affinity_source approximate */
+    char *kv_source_name;
+    size_t approx_chunks;         /* (motor) approximate: chunks remembered per endpoint */
+    int64_t tokenize_timeout_ms;  /* (motor) the engine's /tokenize, before routing */
     double instance_score_weight; /* endpoint_instance_score_weight (0.05) */
     bool pd_fallback_to_hybrid;   /* enable_pd_separation_fallback_to_hybrid (true) */
     bool decode_colocation;       /* (motor) decode instances may serve whole requests */
+    /* prefill_kv_event_config: the engines' KV events (kvsub.c) */
+    int kv_event_port;       /* base port of the engines' PUB (+ DP rank); 0 = none */
+    int kv_replay_port;      /* base port of their replay ROUTER; 0 = none */
+    char *kv_topic;          /* "" */
+    char *conductor_service; /* "" = Motor's own index */
+    size_t kv_max_blocks;    /* (motor) index entries at most */
     /* exception_config */
     int max_retry;               /* 5 */
     int64_t retry_delay_ms;      /* retry_delay 0.2 s, doubling per attempt */

@@ -64,6 +64,9 @@ struct coord_metrics {
     struct metrics_counter *reloads_ok, *reloads_failed;
     struct metrics_counter *standby_refusals; /* inference requests a standby refused */
     struct metrics_gauge *is_master;          /* 1 while this coordinator serves */
+    /* cache-aware routing: prompt tokens routed, and how many were cached where they went */
+    struct metrics_counter *prefix_prompt_tokens, *prefix_matched_tokens;
+    struct metrics_counter *tokenize_ok, *tokenize_failed;
 };
 
 struct coord;
@@ -100,6 +103,8 @@ struct coord_worker {
 };
 
 struct mgmt_refresh; /* mgmt.c */
+struct kvsub;        /* kvsub.c */
+struct kvidx;
 struct coord_ha;     /* coord_ha.c */
 struct prec;         /* precision.c */
 
@@ -148,6 +153,12 @@ struct coord {
     /* precision detection (precision.h): sampling windows shared with the workers,
      * PD-group states on the management reactor */
     struct prec *prec;
+
+    /* The KV-cache index (kvidx.h): created by the management thread the first time
+     * kv_cache_affinity needs it, read by workers (its own lock), freed after they
+     * stopped. kv: the subscriptions that feed it (management thread). */
+    _Atomic(struct kvidx *) kvidx;
+    struct kvsub *kv;
 };
 
 /* coordinator.c */
@@ -203,6 +214,14 @@ const char *coord_ha_next(const char *state, const char *event);
 /* Shutdown: a master gives the lock back (its standby takes over at once) and waits up
  * to wait_ms for etcd to hear it; then everything is freed. */
 void coord_ha_stop(struct coord *c, int64_t wait_ms);
+
+/* kvsub.c — on the management reactor. */
+/* Subscribe to the KV events of the table's prefill/union endpoints (and drop those that
+ * left), per the configuration: after every table change and reload. */
+void kvsub_sync(struct coord *c);
+void kvsub_stop(struct coord *c);
+/* The index and its subscriptions (GET /kv_index). New reference. */
+json_t *kvsub_to_json(struct coord *c);
 
 /* mgmt.c — on the management reactor. */
 int mgmt_start(struct coord *c);

@@ -153,15 +153,6 @@ static void watch_files(struct coord *c)
 
 /* ---- the reload ------------------------------------------------------------------------- */
 
-static void degraded_note(const struct ccfg *cfg)
-{
-    if (strcmp(cfg->scheduler_type, "kv_cache_affinity") == 0 ||
-        strcmp(cfg->scheduler_type, "compute_length") == 0)
-        log_warn("scheduler_degraded", LF_STR("scheduler_type", cfg->scheduler_type),
-                 LF_STR("using", "load_balance"),
-                 LF_STR("why", "needs the KV Conductor / a tokenizer, not available"));
-}
-
 static void apply(struct coord *c)
 {
     if (!c->cli.log_level_pinned) {
@@ -176,7 +167,7 @@ static void apply(struct coord *c)
     if (c->mgmt)
         httpd_set_api_key(c->mgmt, c->cfg.mgmt_key_enable ? c->cfg.mgmt_key : NULL);
     apply_tls(c);
-    degraded_note(&c->cfg);
+    kvsub_sync(c); /* scheduler or KV-event settings may have changed */
 }
 
 int coord_reload_now(struct coord *c, const char *why)
@@ -222,8 +213,7 @@ int coord_reload_now(struct coord *c, const char *why)
     metrics_counter_inc(c->m.reloads_ok);
     log_info("config_reloaded", LF_STR("path", path), LF_STR("trigger", why),
              LF_STR("changed", live ? live : ""), LF_STR("log_level", c->cfg.log_level),
-             LF_STR("scheduler",
-                    c->cfg.scheduler == CCFG_SCHED_ROUND_ROBIN ? "round_robin" : "load_balance"),
+             LF_STR("scheduler", c->cfg.scheduler_type),
              LF_INT("max_retry", c->cfg.max_retry),
              LF_INT("breaker_threshold", c->cfg.breaker_threshold),
              LF_INT("first_token_timeout_ms", c->cfg.first_token_timeout_ms),

@@ -11,7 +11,26 @@ struct csettings *csettings_new(const struct ccfg *cfg, uint64_t version)
     struct csettings *s = xcalloc(1, sizeof(*s));
     atomic_init(&s->refs, 1);
     s->version = version;
-    s->policy = cfg->scheduler == CCFG_SCHED_ROUND_ROBIN ? BAL_ROUND_ROBIN : BAL_LEAST_TOKENS;
+    switch (cfg->scheduler) {
+    case CCFG_SCHED_ROUND_ROBIN:
+        s->policy = BAL_ROUND_ROBIN;
+        break;
+    case CCFG_SCHED_KV_AFFINITY:
+        s->policy = cfg->kv_mode == CCFG_KV_LOAD_GATED ? BAL_KV_LOAD_GATED : BAL_KV_UNIFIED;
+        s->approx = cfg->kv_approx;
+        s->tokenize = !cfg->kv_approx;
+        break;
+    case CCFG_SCHED_COMPUTE_LENGTH:
+        s->policy = BAL_LEAST_TOKENS;
+        s->tokenize = true;
+        break;
+    case CCFG_SCHED_LOAD_BALANCE:
+        s->policy = BAL_LEAST_TOKENS;
+        break;
+    }
+    s->tokenize_timeout_ms = cfg->tokenize_timeout_ms;
+    s->load_gate_factor = cfg->load_gate_factor;
+    s->approx_chunks = cfg->approx_chunks;
     s->instance_score_weight = cfg->instance_score_weight;
     s->pd_fallback_to_hybrid = cfg->pd_fallback_to_hybrid;
     s->decode_colocation = cfg->decode_colocation;

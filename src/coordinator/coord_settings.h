@@ -27,6 +27,11 @@ struct csettings {
     uint64_t version;
     /* scheduler_config */
     enum bal_policy policy;
+    bool tokenize;               /* kv_cache_affinity, compute_length: /tokenize first */
+    int64_t tokenize_timeout_ms; /* scheduler_config.tokenize_timeout */
+    double load_gate_factor;     /* load_gated's bound */
+    bool approx;                 /* kv_cache_affinity on what was routed (no events) */
+    size_t approx_chunks;        /* per endpoint */
     double instance_score_weight;
     bool pd_fallback_to_hybrid;
     bool decode_colocation;

@@ -1,6 +1,7 @@
 /* motor coordinator — process lifecycle: arguments, configuration, the management
  * reactor on the main thread, N worker threads, metrics, graceful stop. */
 #include "coordinator/coord_internal.h"
+#include "coordinator/kvidx.h"
 #include "coordinator/precision.h"
 
 #include "coordinator/coordinator.h"
@@ -91,6 +92,19 @@ static void metrics_setup(struct coord *c)
     m->is_master = metrics_gauge_new(m->reg, "motor_coordinator_master",
                                      "1 while this coordinator serves (master, or no standby "
                                      "configuration), 0 as a standby.");
+    m->prefix_prompt_tokens =
+        metrics_counter_new(m->reg, "motor_coordinator_prefix_prompt_tokens_total",
+                            "Prompt tokens of requests routed by kv_cache_affinity.");
+    m->prefix_matched_tokens =
+        metrics_counter_new(m->reg, "motor_coordinator_prefix_matched_tokens_total",
+                            "Of those, tokens the chosen endpoint held in its prefix cache (as "
+                            "the coordinator knew it).");
+    struct metrics_family *tk =
+        metrics_counter_family(m->reg, "motor_coordinator_tokenize_requests_total",
+                               "Prompts sent to an engine's /tokenize before routing, by result.",
+                               "result");
+    m->tokenize_ok = metrics_counter_labels(tk, "result", "ok");
+    m->tokenize_failed = metrics_counter_labels(tk, "result", "failed");
     metrics_cache(c);
 }
 
@@ -368,16 +382,10 @@ static int load_config(struct coord *c, const struct cli_args *a)
         free(text);
         return 1;
     }
-    if (strcmp(c->cfg.scheduler_type, "kv_cache_affinity") == 0 ||
-        strcmp(c->cfg.scheduler_type, "compute_length") == 0)
-        log_warn("scheduler_degraded", LF_STR("scheduler_type", c->cfg.scheduler_type),
-                 LF_STR("using", "load_balance"),
-                 LF_STR("why", "needs the KV Conductor / a tokenizer, not available"));
     log_info("config_loaded", LF_STR("path", path), LF_STR("host", c->cfg.host),
              LF_INT("infer_port", c->cfg.infer_port), LF_INT("mgmt_port", c->cfg.mgmt_port),
              LF_INT("workers", c->cfg.workers),
-             LF_STR("scheduler",
-                    c->cfg.scheduler == CCFG_SCHED_ROUND_ROBIN ? "round_robin" : "load_balance"),
+             LF_STR("scheduler", c->cfg.scheduler_type),
              LF_INT("max_retry", c->cfg.max_retry),
              LF_INT("first_token_timeout_ms", c->cfg.first_token_timeout_ms),
              LF_INT("infer_timeout_ms", c->cfg.infer_timeout_ms),
@@ -631,6 +639,8 @@ out:
         worker_destroy(w);
     }
     free(c->workers);
+    kvsub_stop(c);
+    kvidx_free(atomic_load(&c->kvidx));
     mgmt_stop(c);
     inst_table_release(&c->table);
     inst_pub_release(&c->pub);

@@ -40,6 +40,7 @@ struct mgmt_refresh {
 static void publish_locked(struct coord *c)
 {
     inst_pub_set(&c->pub, inst_snapshot_build(&c->table));
+    kvsub_sync(c);
 }
 
 void mgmt_publish(struct coord *c)
@@ -97,6 +98,16 @@ static void h_instances(struct httpd_req *req, void *arg)
     struct coord *c = arg;
     coord_ha_standby_close(c, req);
     httpd_respond_json(req, 200, inst_table_to_json(&c->table, util_mono_ms()));
+}
+
+/* (motor) The KV-cache index and its subscriptions: {"index": null} when no
+ * kv_cache_affinity ever needed one. */
+static void h_kv_index(struct httpd_req *req, void *arg)
+{
+    struct coord *c = arg;
+    json_t *j = json_object();
+    json_object_set_new(j, "index", kvsub_to_json(c));
+    httpd_respond_json(req, 200, j);
 }
 
 /* ---- refresh ------------------------------------------------------------------------ */
@@ -386,6 +397,7 @@ int mgmt_start(struct coord *c)
     httpd_route(c->mgmt, "GET", "/readiness", h_readiness, c, 0);
     httpd_route(c->mgmt, "GET", "/metrics", coord_handle_metrics, c, 0);
     httpd_route(c->mgmt, "GET", "/instances", h_instances, c, HTTPD_ROUTE_AUTH);
+    httpd_route(c->mgmt, "GET", "/kv_index", h_kv_index, c, HTTPD_ROUTE_AUTH);
     httpd_route(c->mgmt, "POST", "/instances/refresh", h_refresh, c, HTTPD_ROUTE_AUTH);
     prec_register_routes(c);
     return 0;

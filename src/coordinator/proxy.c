@@ -11,8 +11,15 @@
  * charged to the instance's breaker and the request is retried on another pair after a
  * backoff. Once committed, a failure can only end the stream.
  *
- * Where a request is lives in one place: its state (reqfsm.h: ROUTING, PREFILL, DECODE,
- * BUFFERING, STREAMING, BACKOFF, DONE), changed only through step() — the table decides,
+ * With kv_cache_affinity or compute_length the first attempt waits for the prompt's
+ * token ids (TOKENIZING: an engine's /tokenize, tokreq.h; an integer prompt is used as
+ * it is): their count replaces the character estimate of the load, and with
+ * kv_cache_affinity their block keys (kvidx_keys) score each candidate's cached prefix
+ * in the KV index (bal_select_affinity). A tokenizer that fails or is late costs only
+ * the affinity: the request is balanced on load.
+ *
+ * Where a request is lives in one place: its state (reqfsm.h: ROUTING, TOKENIZING,
+ * PREFILL, DECODE, BUFFERING, STREAMING, BACKOFF, DONE), changed only through step() — the table decides,
  * the change is counted per worker and logged at debug level. Every terminal event goes
  * through preq_end(), the one exit path: it enters DONE (so it runs once: DONE accepts
  * no event), releases the legs, load and breaker claims and the backoff timer, counts the
@@ -20,6 +27,8 @@
  * stream that already began). The preq itself is freed in httpd's on_close, which also
  * covers a client that went away (CLIENT_GONE: its legs are then cancelled). */
 #include "coordinator/coord_internal.h"
+#include "coordinator/kvidx.h"
+#include "coordinator/tokreq.h"
 
 #include "common/log.h"
 #include "common/strbuf.h"
@@ -150,6 +159,13 @@ struct preq {
      * this P/D pair only, never sampled. */
     bool probe;
     int64_t pin_p, pin_d;
+
+    /* cache-aware routing */
+    struct httpc_req *tok_h; /* the /tokenize call while TOKENIZING */
+    int64_t prompt_tokens;   /* real count, -1 = unknown (then reqscan's estimate) */
+    uint64_t *kv_keys;       /* block keys of the prompt (kvidx_keys) */
+    size_t n_keys;
+    int kv_bs;
 };
 
 static void attempt(struct preq *pr);
@@ -382,6 +398,10 @@ static void preq_end(struct preq *pr, enum reqfsm_event ev, int cause, const str
         }
     }
     reactor_timer_stop(pr->w->r, &pr->t_backoff);
+    if (pr->tok_h) {
+        httpc_cancel(pr->w->httpc, pr->tok_h);
+        pr->tok_h = NULL;
+    }
     leg_release(pr, &pr->legs[LEG_PREFILL]);
     leg_release(pr, &pr->legs[LEG_MAIN]);
     if (sse_in_use(pr, (enum reqfsm_state)from))
@@ -1092,8 +1112,10 @@ static void leg_on_done(const struct httpc_response *resp, void *arg)
 static void leg_start(struct preq *pr, struct leg *leg, const char *body, size_t len, bool stream)
 {
     leg->pr = pr;
-    leg->tokens =
-        reqscan_estimate_tokens(&pr->scan, leg->which == LEG_PREFILL && pr->mode != MODE_SINGLE);
+    bool prefill_only = leg->which == LEG_PREFILL && pr->mode != MODE_SINGLE;
+    leg->tokens = reqscan_estimate_tokens(&pr->scan, prefill_only);
+    if (pr->prompt_tokens >= 0) /* the real count instead of characters / 4 + 1 */
+        leg->tokens += pr->prompt_tokens - reqscan_estimate_tokens(&pr->scan, true);
     inst_load_acquire(leg->ep->load, leg->tokens);
     leg->load_held = true;
     /* Per leg, so assembled without printf or the heap (hostport is an address). */
@@ -1164,24 +1186,76 @@ static bool pick_filter(struct instance *in, const struct inst_endpoint *ep, voi
     return inst_breaker_peek(in, x->now);
 }
 
+/* The KV index's matched prefix, in tokens (bal_match_fn). */
+static void kv_match(void *ctx, const char *const *hostports, size_t m, uint32_t *tokens)
+{
+    struct preq *pr = ctx;
+    struct kvidx *x = atomic_load_explicit(&pr->c->kvidx, memory_order_acquire);
+    if (!x) {
+        memset(tokens, 0, m * sizeof(*tokens));
+        return;
+    }
+    kvidx_match(x, pr->kv_keys, pr->n_keys, pr->kv_bs, hostports, m, tokens);
+    /* Approximate chunks are text: counted as the balancer's characters / 4. */
+    uint32_t per = pr->set->approx ? KVIDX_TEXT_CHUNK / 4 : (uint32_t)pr->kv_bs;
+    for (size_t j = 0; j < m; j++)
+        tokens[j] *= per;
+}
+
+static int select_ep(struct preq *pr, enum wire_role role, struct pick_ctx *x,
+                     struct bal_pick *p)
+{
+    struct inst_snapshot *s = pr->snap;
+    const struct csettings *set = pr->set;
+    /* Cache affinity for the leg that computes the prompt (not a PD decode). */
+    if ((set->policy == BAL_KV_UNIFIED || set->policy == BAL_KV_LOAD_GATED) && pr->n_keys &&
+        role != WIRE_ROLE_DECODE) {
+        int64_t prompt =
+            pr->prompt_tokens >= 0 ? pr->prompt_tokens : reqscan_estimate_tokens(&pr->scan, true);
+        struct bal_affinity aff = {.match = kv_match,
+                                   .ctx = pr,
+                                   .prompt_tokens = prompt,
+                                   .req_tokens = reqscan_estimate_tokens(&pr->scan, false) -
+                                                 reqscan_estimate_tokens(&pr->scan, true) + prompt,
+                                   .gate = set->load_gate_factor};
+        int rc = bal_select_affinity(set->policy, set->instance_score_weight, s->routable[role],
+                                     s->n_routable[role], pick_filter, x, &pr->c->rr[role], &aff,
+                                     p);
+        struct kvidx *ix = atomic_load_explicit(&pr->c->kvidx, memory_order_acquire);
+        if (rc == 0 && set->approx && ix) {
+            /* What this endpoint will have cached once it computed the prompt. */
+            struct kvidx_stats st = {0};
+            kvidx_learn(ix, p->ep->hostport, pr->kv_keys, pr->n_keys, KVIDX_TEXT_CHUNK,
+                        set->approx_chunks, &st);
+        }
+        if (rc == 0) {
+            metrics_counter_add(pr->c->m.prefix_prompt_tokens, (uint64_t)prompt);
+            metrics_counter_add(pr->c->m.prefix_matched_tokens, aff.matched);
+            log_debug("prefix_route", LF_STR("request_id", pr->rid),
+                      LF_STR("endpoint", p->ep->hostport), LF_INT("prompt_tokens", prompt),
+                      LF_INT("matched_tokens", aff.matched));
+        }
+        return rc;
+    }
+    return bal_select(set->policy, set->instance_score_weight, s->routable[role],
+                      s->n_routable[role], pick_filter, x, &pr->c->rr[role], p);
+}
+
 /* Pick and claim (breaker admission) one endpoint of a role. */
 static bool pick_role(struct preq *pr, enum wire_role role, const struct instance *pair,
                       struct leg *out)
 {
-    struct inst_snapshot *s = pr->snap;
     int64_t only = -1;
     if (pr->probe)
         only = role == WIRE_ROLE_PREFILL && pair == NULL && pr->pin_p >= 0 ? pr->pin_p : pr->pin_d;
     struct pick_ctx x = {pr, pr->model, pair, true, util_mono_ms(), only};
     for (int tries = 0; tries < 8; tries++) {
         struct bal_pick p;
-        int rc = bal_select(pr->set->policy, pr->set->instance_score_weight, s->routable[role],
-                            s->n_routable[role], pick_filter, &x, &pr->c->rr[role], &p);
+        int rc = select_ep(pr, role, &x, &p);
         if (rc < 0 && x.strict) {
             /* Everything was tried already: the avoid list is a preference, not a ban. */
             x.strict = false;
-            rc = bal_select(pr->set->policy, pr->set->instance_score_weight, s->routable[role],
-                            s->n_routable[role], pick_filter, &x, &pr->c->rr[role], &p);
+            rc = select_ep(pr, role, &x, &p);
         }
         if (rc < 0)
             return false;
@@ -1542,6 +1616,7 @@ static void on_sweep(struct reactor *r, void *arg)
         /* answering never frees pr (on_close does, later) */
         struct preq *pr = list_entry(n, struct preq, link);
         switch (state_of(pr)) {
+        case REQ_TOKENIZING:
         case REQ_PREFILL:
         case REQ_DECODE:
         case REQ_BACKOFF:
@@ -1606,8 +1681,193 @@ static void on_close(struct httpd_req *req, void *arg)
     csettings_unref(pr->set);
     free(pr->fail_body);
     free(pr->fail_ctype);
+    free(pr->kv_keys);
     free(pr);
     worker_maybe_stop(w);
+}
+
+/* ---- tokenization (kv_cache_affinity, compute_length) ------------------------------ */
+
+/* The prompt's ids are known: keep their count and, for the KV index, their block keys
+ * at the block size the engines reported. */
+static void use_tokens(struct preq *pr, uint32_t *ids, size_t n)
+{
+    pr->prompt_tokens = (int64_t)n;
+    struct kvidx *x = atomic_load_explicit(&pr->c->kvidx, memory_order_acquire);
+    if (x && (pr->set->policy == BAL_KV_UNIFIED || pr->set->policy == BAL_KV_LOAD_GATED)) {
+        struct inst_snapshot *s = pr->snap;
+        int bs = 0;
+        for (int r = 0; !bs && r < WIRE_ROLE_COUNT; r++)
+            for (size_t i = 0; !bs && i < s->n_routable[r]; i++)
+                for (size_t j = 0; !bs && j < s->routable[r][i]->n_eps; j++)
+                    bs = kvidx_block_size(x, s->routable[r][i]->eps[j].hostport);
+        if (bs > 0 && n / (size_t)bs > 0) {
+            pr->kv_keys = xmalloc(n / (size_t)bs * sizeof(uint64_t));
+            pr->n_keys = kvidx_keys(ids, n, bs, pr->kv_keys, n / (size_t)bs);
+            pr->kv_bs = bs;
+        }
+    }
+    free(ids);
+}
+
+static void tokenized(struct preq *pr, const char *why)
+{
+    if (why) {
+        metrics_counter_inc(pr->c->m.tokenize_failed);
+        /* Once per power of two: an engine without /tokenize would log every request. */
+        uint64_t nf = (uint64_t)metrics_counter_value(pr->c->m.tokenize_failed);
+        if ((nf & (nf - 1)) == 0)
+            log_warn("tokenize_failed", LF_STR("request_id", pr->rid), LF_STR("error", why),
+                     LF_STR("using", "load_balance"), LF_INT("failures", (int64_t)nf));
+    } else {
+        metrics_counter_inc(pr->c->m.tokenize_ok);
+    }
+    if (step(pr, REQ_EV_TOKENIZED, why ? why : "tokens"))
+        attempt(pr);
+}
+
+static void on_tokenized(const struct httpc_response *resp, void *arg)
+{
+    struct preq *pr = arg;
+    pr->tok_h = NULL;
+    char why[128];
+    uint32_t *ids;
+    size_t n;
+    if (resp->error) {
+        snprintf(why, sizeof(why), "/tokenize: %s", resp->error_text);
+    } else if (resp->status != 200) {
+        snprintf(why, sizeof(why), "/tokenize answered HTTP %ld", resp->status);
+    } else if (tokreq_parse(resp->body, resp->body_len, &ids, &n) < 0) {
+        snprintf(why, sizeof(why), "/tokenize answered no token ids");
+    } else {
+        use_tokens(pr, ids, n);
+        tokenized(pr, NULL);
+        return;
+    }
+    tokenized(pr, why);
+}
+
+/* An engine that can tokenize for this request: a routable prefill or union endpoint of
+ * its model, in turn. */
+static const struct inst_endpoint *tokenizer_ep(struct preq *pr)
+{
+    struct inst_snapshot *s = pr->snap;
+    static const enum wire_role roles[] = {WIRE_ROLE_UNION, WIRE_ROLE_PREFILL};
+    size_t count = 0;
+    int64_t now = util_mono_ms();
+    for (int pass = 0; pass < 2; pass++) {
+        size_t pick = pass ? (size_t)(pr->w->seq % count) : 0, k = 0;
+        for (size_t r = 0; r < ARRAY_LEN(roles); r++)
+            for (size_t i = 0; i < s->n_routable[roles[r]]; i++) {
+                struct instance *in = s->routable[roles[r]][i];
+                if (!model_ok(in, pr->model) || !inst_breaker_peek(in, now))
+                    continue;
+                for (size_t j = 0; j < in->n_eps; j++) {
+                    if (!inst_ep_routable(&in->eps[j]))
+                        continue;
+                    if (pass && k == pick)
+                        return &in->eps[j];
+                    k++;
+                }
+            }
+        count = k;
+        if (!count)
+            return NULL;
+    }
+    return NULL;
+}
+
+/* The prompt as text, for approximate prefixes: a completion's prompt string, or a
+ * chat's messages (role and text content of each, with separators). */
+static void prompt_text(const json_t *body, bool chat, struct strbuf *out)
+{
+    if (!chat) {
+        json_t *p = json_object_get(body, "prompt");
+        if (json_is_array(p) && json_array_size(p) >= 1)
+            p = json_array_get(p, 0);
+        if (json_is_string(p))
+            strbuf_append(out, json_string_value(p), json_string_length(p));
+        return;
+    }
+    json_t *msgs = json_object_get(body, "messages"), *m;
+    size_t i;
+    json_array_foreach(msgs, i, m)
+    {
+        json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
+        if (json_is_string(role))
+            strbuf_puts(out, json_string_value(role));
+        strbuf_putc(out, '\x1f');
+        if (json_is_string(content)) {
+            strbuf_append(out, json_string_value(content), json_string_length(content));
+        } else if (json_is_array(content)) {
+            json_t *part;
+            size_t k;
+            json_array_foreach(content, k, part)
+            {
+                json_t *t = json_object_get(part, "text");
+                if (json_is_string(t))
+                    strbuf_append(out, json_string_value(t), json_string_length(t));
+            }
+        }
+        strbuf_putc(out, '\x1e');
+    }
+}
+
+static void approx_keys(struct preq *pr)
+{
+    if (!preq_tree(pr))
+        return;
+    struct strbuf sb;
+    strbuf_init(&sb, 64u << 20);
+    prompt_text(pr->body, pr->api == API_CHAT, &sb);
+    size_t nk = sb.len / KVIDX_TEXT_CHUNK;
+    if (nk) {
+        pr->kv_keys = xmalloc(nk * sizeof(uint64_t));
+        pr->n_keys = kvidx_text_keys(sb.buf, sb.len, pr->kv_keys, nk);
+        pr->kv_bs = KVIDX_TEXT_CHUNK;
+    }
+    strbuf_release(&sb);
+    attempt(pr);
+}
+
+/* ROUTING -> TOKENIZING, or straight to the first attempt when the ids are in the
+ * request, when it is not one prompt, or when no engine can tokenize it. */
+static void tokenize(struct preq *pr)
+{
+    pr->snap = inst_snapshot_ref(proxy_snapshot(pr->w));
+    if (!preq_tree(pr))
+        return;
+    uint32_t *ids;
+    size_t n;
+    if (pr->api == API_COMPLETIONS && tokreq_prompt_ids(pr->body, &ids, &n) == 1) {
+        use_tokens(pr, ids, n);
+        attempt(pr);
+        return;
+    }
+    const struct inst_endpoint *ep = tokenizer_ep(pr);
+    json_t *b = ep ? tokreq_body(pr->body, pr->api == API_CHAT) : NULL;
+    if (!b) {
+        attempt(pr);
+        return;
+    }
+    if (!step(pr, REQ_EV_TOKENIZE, ep->hostport)) {
+        json_decref(b);
+        return;
+    }
+    char url[320];
+    snprintf(url, sizeof(url), "http://%s/tokenize", ep->hostport);
+    char *body = json_dumps(b, JSON_COMPACT);
+    json_decref(b);
+    struct httpc_opts o = {.method = "POST",
+                           .url = url,
+                           .body = body,
+                           .body_len = strlen(body),
+                           .content_type = "application/json",
+                           .timeout_ms = pr->set->tokenize_timeout_ms,
+                           .connect_timeout_ms = pr->set->tokenize_timeout_ms,
+                           .max_response = 32u << 20};
+    pr->tok_h = httpc_request(pr->w->httpc, &o, on_tokenized, pr);
+    free(body);
 }
 
 static void handle_infer(struct httpd_req *req, struct coord_worker *w, enum api api)
@@ -1691,7 +1951,13 @@ static void handle_infer(struct httpd_req *req, struct coord_worker *w, enum api
         w->sweep_ms = set->sweep_ms; /* reloaded timeouts: the sweep follows */
         reactor_timer_start(w->r, &w->sweep, w->sweep_ms, w->sweep_ms);
     }
-    attempt(pr);
+    pr->prompt_tokens = -1;
+    if (set->tokenize)
+        tokenize(pr);
+    else if (set->approx && (set->policy == BAL_KV_UNIFIED || set->policy == BAL_KV_LOAD_GATED))
+        approx_keys(pr);
+    else
+        attempt(pr);
 }
 
 static void h_completions(struct httpd_req *req, void *arg)

@@ -8,7 +8,7 @@
 static const char *const state_names[REQ_STATE_COUNT] = {
     [REQ_ROUTING] = "ROUTING",     [REQ_PREFILL] = "PREFILL",     [REQ_DECODE] = "DECODE",
     [REQ_BUFFERING] = "BUFFERING", [REQ_STREAMING] = "STREAMING", [REQ_BACKOFF] = "BACKOFF",
-    [REQ_RESUMING] = "RESUMING",   [REQ_DONE] = "DONE",
+    [REQ_RESUMING] = "RESUMING",   [REQ_TOKENIZING] = "TOKENIZING", [REQ_DONE] = "DONE",
 };
 
 static const char *const event_names[REQ_EV_COUNT] = {
@@ -30,6 +30,8 @@ static const char *const event_names[REQ_EV_COUNT] = {
     [REQ_EV_TOTAL_TIMEOUT] = "TOTAL_TIMEOUT",
     [REQ_EV_CLIENT_GONE] = "CLIENT_GONE",
     [REQ_EV_RESCHEDULE] = "RESCHEDULE",
+    [REQ_EV_TOKENIZE] = "TOKENIZE",
+    [REQ_EV_TOKENIZED] = "TOKENIZED",
 };
 
 const char *reqfsm_state_name(enum reqfsm_state s)
@@ -49,6 +51,7 @@ const int8_t reqfsm_table_[REQ_STATE_COUNT][REQ_EV_COUNT] = {
         {
             [REQ_EV_HANDOFF] = TO(REQ_PREFILL),
             [REQ_EV_SENT] = TO(REQ_DECODE),
+            [REQ_EV_TOKENIZE] = TO(REQ_TOKENIZING),
             [REQ_EV_GIVE_UP] = TO(REQ_DONE),
             [REQ_EV_REJECT] = TO(REQ_DONE),
             [REQ_EV_CLIENT_GONE] = TO(REQ_DONE),
@@ -117,6 +120,14 @@ const int8_t reqfsm_table_[REQ_STATE_COUNT][REQ_EV_COUNT] = {
             [REQ_EV_GIVE_UP] = TO(REQ_DONE),
             [REQ_EV_REJECT] = TO(REQ_DONE),
             [REQ_EV_BROKEN] = TO(REQ_DONE),
+            [REQ_EV_FIRST_TIMEOUT] = TO(REQ_DONE),
+            [REQ_EV_TOTAL_TIMEOUT] = TO(REQ_DONE),
+            [REQ_EV_CLIENT_GONE] = TO(REQ_DONE),
+        },
+    [REQ_TOKENIZING] =
+        {
+            [REQ_EV_TOKENIZED] = TO(REQ_ROUTING),
+            [REQ_EV_REJECT] = TO(REQ_DONE),
             [REQ_EV_FIRST_TIMEOUT] = TO(REQ_DONE),
             [REQ_EV_TOTAL_TIMEOUT] = TO(REQ_DONE),
             [REQ_EV_CLIENT_GONE] = TO(REQ_DONE),

@@ -2,6 +2,8 @@
  *
  *   ROUTING    picking a route from the worker's snapshot (synchronous: never observed
  *              by a timer or a callback, except on the defensive client-gone path)
+ *   TOKENIZING kv_cache_affinity / compute_length: an engine's /tokenize is asked for the
+ *              prompt's token ids before the first route (tokenize_timeout bounds it)
  *   PREFILL    vLLM hand-off: the prefill leg is in flight, the decode leg waits for
  *              its ticket
  *   DECODE     the main leg (decode, or the single leg of a union / hybrid route) is in
@@ -43,9 +45,10 @@ enum reqfsm_state {
     REQ_STREAMING,
     REQ_BACKOFF,
     REQ_RESUMING,
+    REQ_TOKENIZING,
     REQ_DONE, /* last: the states before it are the live ones */
 };
-#define REQ_STATE_COUNT 8
+#define REQ_STATE_COUNT 9
 
 enum reqfsm_event {
     REQ_EV_HANDOFF = 0,   /* ROUTING: a vLLM PD pair, the prefill leg sent */
@@ -67,8 +70,10 @@ enum reqfsm_event {
     REQ_EV_TOTAL_TIMEOUT, /* infer_timeout */
     REQ_EV_CLIENT_GONE,   /* the client's connection closed */
     REQ_EV_RESCHEDULE,    /* a streamed leg failed mid-answer: continue it on another instance */
+    REQ_EV_TOKENIZE,      /* ROUTING: the prompt goes to an engine's /tokenize first */
+    REQ_EV_TOKENIZED,     /* its answer (or its failure: then routed on load alone) */
 };
-#define REQ_EV_COUNT 18
+#define REQ_EV_COUNT 20
 
 const char *reqfsm_state_name(enum reqfsm_state s);  /* "ROUTING", ... ("?" if out of range) */
 const char *reqfsm_event_name(enum reqfsm_event ev); /* "HANDOFF", ... */

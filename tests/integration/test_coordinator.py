@@ -228,7 +228,7 @@ def test_check_config(procs, tmpdir_path):
                                  "coordinator_api_mgmt_port": 0,
                                  "max_request_body_bytes": 16 << 20}
     assert eff["scheduler_config"]["scheduler_type"] == "kv_cache_affinity"
-    assert eff["scheduler_config"]["effective_scheduler"] == "load_balance"
+    assert eff["scheduler_config"]["effective_scheduler"] == "kv_cache_affinity"
     assert eff["exception_config"]["max_retry"] == 2
     assert eff["exception_config"]["transport_max_retry"] == 2
     assert eff["exception_config"]["retry_delay"] == 0.5

@@ -245,6 +245,18 @@ static json_t *effective(json_t *root, bool coordinator)
                                             "reschedule_config"};
         for (size_t i = 0; i < sizeof(since) / sizeof(since[0]); i++)
             json_object_del(got, since[i]);
+        /* Issue 18: the KV-event block and the cache-aware scheduler's keys are new, and
+         * kv_cache_affinity / compute_length are no longer degraded to load_balance. */
+        json_object_del(got, "prefill_kv_event_config");
+        json_t *sc = json_object_get(got, "scheduler_config");
+        static const char *const sched_since[] = {"kv_cache_affinity_mode", "load_gate_factor",
+                                                  "tokenize_timeout", "kv_cache_affinity_source",
+                                                  "approximate_chunks_per_endpoint"};
+        for (size_t i = 0; i < sizeof(sched_since) / sizeof(sched_since[0]); i++)
+            json_object_del(sc, sched_since[i]);
+        const char *eff = json_string_value(json_object_get(sc, "effective_scheduler"));
+        if (eff && (!strcmp(eff, "kv_cache_affinity") || !strcmp(eff, "compute_length")))
+            json_object_set_new(sc, "effective_scheduler", json_string("load_balance"));
     } else {
         ctlcfg_init(&cc);
         ctlcfg_apply(&cc, root, &errs);

@@ -30,6 +30,12 @@ static const struct {
     {REQ_ROUTING, REQ_EV_GIVE_UP, REQ_DONE},
     {REQ_ROUTING, REQ_EV_REJECT, REQ_DONE},
     {REQ_ROUTING, REQ_EV_CLIENT_GONE, REQ_DONE},
+    {REQ_ROUTING, REQ_EV_TOKENIZE, REQ_TOKENIZING},
+    {REQ_TOKENIZING, REQ_EV_TOKENIZED, REQ_ROUTING},
+    {REQ_TOKENIZING, REQ_EV_REJECT, REQ_DONE},
+    {REQ_TOKENIZING, REQ_EV_FIRST_TIMEOUT, REQ_DONE},
+    {REQ_TOKENIZING, REQ_EV_TOTAL_TIMEOUT, REQ_DONE},
+    {REQ_TOKENIZING, REQ_EV_CLIENT_GONE, REQ_DONE},
 
     {REQ_PREFILL, REQ_EV_TICKET, REQ_DECODE},
     {REQ_PREFILL, REQ_EV_RETRY, REQ_BACKOFF},
@@ -146,7 +152,9 @@ static void test_shape(void **state)
         assert_int_equal(reqfsm_next(REQ_DONE, (enum reqfsm_event)e), -1);
     /* The client may leave in every live state, and the total timeout applies wherever a
      * timer can observe the request (all but the synchronous ROUTING). */
-    for (int s = 0; s < REQ_DONE; s++) {
+    for (int s = 0; s < REQ_STATE_COUNT; s++) {
+        if (s == REQ_DONE)
+            continue;
         assert_int_equal(reqfsm_next((enum reqfsm_state)s, REQ_EV_CLIENT_GONE), REQ_DONE);
         if (s != REQ_ROUTING)
             assert_int_equal(reqfsm_next((enum reqfsm_state)s, REQ_EV_TOTAL_TIMEOUT), REQ_DONE);

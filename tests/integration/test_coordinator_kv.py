@@ -1,0 +1,276 @@
+"""Cache-aware routing against real simulators: the coordinator subscribes to each DP
+rank's KV events (ZMTP SUB at kv_event_port + rank, replay at replay_port + rank),
+keeps its index, tokenizes prompts through the engines' /tokenize and sends a request
+where its prefix is cached; an engine that restarts is forgotten and learned again; the
+index stays within max_index_blocks; a tokenizer that fails costs only the affinity."""
+
+import time
+
+from coord_helpers import start_coordinator, stop_clean
+from motorlib import free_port, get, start_sim
+
+FAST = ("--ttft-ms", "0", "--tokens-per-second", "0")
+N = 4
+
+
+def start_fleet(procs, n=N, block_size=4, extra=(), port_of=None):
+    base, rbase = free_port(), free_port()
+    sims = [start_rank(procs, r, n, base, rbase, block_size, extra) for r in range(n)]
+    return sims, base, rbase
+
+
+def start_rank(procs, r, n, base, rbase, block_size=4, extra=(), port=None):
+    cfg = ('{"enable_kv_cache_events": true, '
+           f'"endpoint": "tcp://*:{base}", "replay_endpoint": "tcp://*:{rbase}"}}')
+    args = [*FAST, "--model", "m", "--kv-events-config", cfg, "--data-parallel-rank", str(r),
+            "--data-parallel-size", str(n), "--block-size", str(block_size), *extra]
+    if port:
+        args += ["--port", str(port)]
+    return start_sim(procs, *args, name=f"rank{r}")
+
+
+def dp_instance(sims):
+    """One vLLM union instance, endpoint id = DP rank (as the Controller registers it)."""
+    eps = {"127.0.0.1": {str(r): {"id": r, "ip": "127.0.0.1", "business_port": str(s.port),
+                                  "status": "normal", "headless": False}
+                         for r, s in enumerate(sims)}}
+    return {"id": 1, "role": "union", "job_name": "job", "model_name": "m",
+            "engine_type": "vllm", "status": "active", "endpoints": eps}
+
+
+def kv_config(base, rbase, **over):
+    cfg = {"scheduler_config": {"scheduler_type": "kv_cache_affinity"},
+           "prefill_kv_event_config": {"kv_event_port": base, "replay_port": rbase}}
+    for k, v in over.items():
+        blk, key = k.split("__")
+        cfg.setdefault(blk, {})[key] = v
+    return cfg
+
+
+def kv_index(c):
+    r = get(c.mgmt + "/kv_index")
+    assert r.status == 200, r
+    return r.json()["index"]
+
+
+def wait_connected(c, n, timeout=10.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        idx = kv_index(c)
+        subs = (idx or {}).get("subscriptions", [])
+        if len(subs) == n and all(s["connected"] for s in subs):
+            return idx
+        time.sleep(0.05)
+    raise AssertionError(f"subscriptions not connected: {kv_index(c)}")
+
+
+def slot_blocks(c, sim):
+    for s in kv_index(c)["subscriptions"]:
+        if s["hostport"] == f"127.0.0.1:{sim.port}":
+            return s["blocks"]
+    raise AssertionError(f"no subscription for {sim.port}")
+
+
+def wait_blocks(c, sim, at_least, timeout=5.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if slot_blocks(c, sim) >= at_least:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"index has {slot_blocks(c, sim)} blocks for {sim.port}")
+
+
+def served(sim):
+    return sim.status()["prefix_cache"]["queries"]
+
+
+def hits(sim):
+    return sim.status()["prefix_cache"]["hits"]
+
+
+def who_served(sims, before):
+    now = [served(s) for s in sims]
+    moved = [i for i, (a, b) in enumerate(zip(before, now)) if b > a]
+    assert len(moved) == 1, (before, now)
+    return moved[0]
+
+
+def session_prompt(k, turns):
+    """A chat-like prompt: a per-session head, then `turns` turns of growth."""
+    head = f"session {k} system prompt " + " ".join(f"w{k}x{i}" for i in range(40))
+    return head + "".join(f" turn {t} " + " ".join(f"t{k}y{t}z{i}" for i in range(12))
+                          for t in range(turns))
+
+
+def test_affinity_follows_the_cache(procs, tmp_path):
+    sims, base, rbase = start_fleet(procs)
+    c = start_coordinator(procs, str(tmp_path), kv_config(base, rbase))
+    c.set_instances([dp_instance(sims)])
+    wait_connected(c, N)
+    assert not c.find_events("scheduler_degraded")
+    # Eight sessions, three turns each: every follow-up turn lands where its session's
+    # prefix is cached, and hits there.
+    home = {}
+    for turn in range(3):
+        for k in range(8):
+            before = [served(s) for s in sims]
+            h0 = [hits(s) for s in sims]
+            r = c.completion(model="m", prompt=session_prompt(k, turn), max_tokens=2)
+            assert r.status == 200, r
+            i = who_served(sims, before)
+            if turn == 0:
+                home[k] = i
+                wait_blocks(c, sims[i], 10)
+            else:
+                assert i == home[k], (k, turn, home)
+                assert hits(sims[i]) > h0[i]
+    # The sessions were spread (load counts too), not all on one engine.
+    assert len(set(home.values())) >= 2, home
+    prompt = c.metric("motor_coordinator_prefix_prompt_tokens_total")
+    matched = c.metric("motor_coordinator_prefix_matched_tokens_total")
+    assert prompt > 0 and matched / prompt > 0.4, (matched, prompt)
+    assert c.metric("motor_coordinator_tokenize_requests_total", {"result": "ok"}) >= 24
+    # Chat requests too (the engine's chat template through /tokenize).
+    msgs = [{"role": "system", "content": session_prompt(99, 0)},
+            {"role": "user", "content": "hello there"}]
+    before = [served(s) for s in sims]
+    assert c.chat(model="m", messages=msgs, max_tokens=2).status == 200
+    first = who_served(sims, before)
+    wait_blocks(c, sims[first], 10)
+    msgs2 = msgs + [{"role": "assistant", "content": "hi"}, {"role": "user", "content": "more"}]
+    before = [served(s) for s in sims]
+    assert c.chat(model="m", messages=msgs2, max_tokens=2).status == 200
+    assert who_served(sims, before) == first
+    stop_clean(c)
+
+
+def test_engine_restart_and_replay(procs, tmp_path):
+    sims, base, rbase = start_fleet(procs)
+    c = start_coordinator(procs, str(tmp_path), kv_config(base, rbase))
+    c.set_instances([dp_instance(sims)])
+    wait_connected(c, N)
+    before = [served(s) for s in sims]
+    assert c.completion(model="m", prompt=session_prompt(1, 2), max_tokens=2).status == 200
+    i = who_served(sims, before)
+    wait_blocks(c, sims[i], 10)
+    # The engine goes away and comes back empty on the same ports: its blocks are
+    # forgotten (replay from 0 of the new process says AllBlocksCleared).
+    port = sims[i].port
+    sims[i].kill()
+    sims[i].wait()
+    again = start_rank(procs, i, N, base, rbase, port=port)
+    sims[i] = again
+    end = time.monotonic() + 10
+    while time.monotonic() < end and slot_blocks(c, again) != 0:
+        time.sleep(0.05)
+    assert slot_blocks(c, again) == 0
+    wait_connected(c, N)
+    # Requests keep working, and the engine's new cache is learned again.
+    before = [served(s) for s in sims]
+    assert c.completion(model="m", prompt=session_prompt(1, 2), max_tokens=2).status == 200
+    j = who_served(sims, before)
+    wait_blocks(c, sims[j], 10)
+    before = [served(s) for s in sims]
+    assert c.completion(model="m", prompt=session_prompt(1, 3), max_tokens=2).status == 200
+    assert who_served(sims, before) == j
+    assert c.find_events("kv_events_connected")
+    stop_clean(c)
+
+
+def test_index_memory_bound(procs, tmp_path):
+    sims, base, rbase = start_fleet(procs, n=2)
+    c = start_coordinator(procs, str(tmp_path),
+                          kv_config(base, rbase, prefill_kv_event_config__max_index_blocks=32))
+    c.set_instances([dp_instance(sims)])
+    wait_connected(c, 2)
+    for k in range(12):
+        assert c.completion(model="m", prompt=session_prompt(k, 1), max_tokens=2).status == 200
+    end = time.monotonic() + 5
+    while time.monotonic() < end and kv_index(c)["events"]["evicted"] == 0:
+        time.sleep(0.05)
+    idx = kv_index(c)
+    assert idx["max_blocks"] == 32
+    assert 0 < idx["blocks"] <= 32
+    assert idx["events"]["evicted"] > 0
+    assert idx["bytes"] < 1 << 20
+    # The most recent session is still known and routed to.
+    before = [served(s) for s in sims]
+    assert c.completion(model="m", prompt=session_prompt(11, 1), max_tokens=2).status == 200
+    assert c.metric("motor_coordinator_prefix_matched_tokens_total") > 0
+    stop_clean(c)
+
+
+def test_tokenizer_failure_and_compute_length(procs, tmp_path):
+    sims, base, rbase = start_fleet(procs, n=2)
+    # One engine is gone (nothing listens on its port): the prompts it is asked to
+    # tokenize fail, those requests are balanced on load alone, and every client gets
+    # its answer (the dead endpoint's legs are retried elsewhere).
+    dead = free_port()
+    c = start_coordinator(procs, str(tmp_path), kv_config(base, rbase), name="late",
+                          workers=1)
+    gone = {"id": 2, "role": "union", "job_name": "job2", "model_name": "m",
+            "engine_type": "vllm", "status": "active",
+            "endpoints": {"127.0.0.1": {"0": {"id": 0, "ip": "127.0.0.1",
+                                              "business_port": str(dead), "status": "normal",
+                                              "headless": False}}}}
+    c.set_instances([dp_instance(sims), gone])
+    for k in range(6):
+        assert c.completion(model="m", prompt=session_prompt(k, 0), max_tokens=2).status == 200
+    assert c.metric("motor_coordinator_tokenize_requests_total", {"result": "failed"}) >= 1
+    assert c.metric("motor_coordinator_tokenize_requests_total", {"result": "ok"}) >= 1
+    assert c.find_events("tokenize_failed")
+    stop_clean(c)
+    # compute_length: real token counts from /tokenize, no scheduler_degraded.
+    c = start_coordinator(procs, str(tmp_path),
+                          {"scheduler_config": {"scheduler_type": "compute_length"}},
+                          name="cl")
+    c.set_instances([dp_instance(sims)])
+    for k in range(4):
+        assert c.completion(model="m", prompt=session_prompt(k, 0), max_tokens=2).status == 200
+    # Integer prompts need no /tokenize.
+    assert c.completion(model="m", prompt=[1, 2, 3, 4, 5], max_tokens=2).status == 200
+    assert c.metric("motor_coordinator_tokenize_requests_total", {"result": "ok"}) == 4
+    assert not c.find_events("scheduler_degraded")
+    assert kv_index(c) is None  # no index without kv_cache_affinity
+    stop_clean(c)
+
+
+def test_approximate_prefixes_without_events(procs, tmp_path):
+    """Engines that publish nothing: the coordinator remembers what it sent where."""
+    sims = [start_sim(procs, *FAST, "--model", "m", "--block-size", "4", name=f"plain{i}")
+            for i in range(N)]
+    c = start_coordinator(procs, str(tmp_path), {
+        "scheduler_config": {"scheduler_type": "kv_cache_affinity",
+                             "kv_cache_affinity_source": "approximate",
+                             "kv_cache_affinity_mode": "load_gated"}})
+    eps = {"127.0.0.1": {str(r): {"id": r, "ip": "127.0.0.1", "business_port": str(s.port),
+                                  "status": "normal", "headless": False}
+                         for r, s in enumerate(sims)}}
+    c.set_instances([{"id": 1, "role": "union", "job_name": "job", "model_name": "m",
+                      "engine_type": "vllm", "status": "active", "endpoints": eps}])
+    home = {}
+    for turn in range(3):
+        for k in range(8):
+            before = [served(s) for s in sims]
+            h0 = [hits(s) for s in sims]
+            msgs = [{"role": "system", "content": session_prompt(k, 0)},
+                    {"role": "user", "content": session_prompt(k, turn)[-200:]}]
+            r = c.chat(model="m", messages=msgs if turn else msgs[:1], max_tokens=2)
+            assert r.status == 200, r
+            i = who_served(sims, before)
+            if turn == 0:
+                home[k] = i
+            else:
+                assert i == home[k], (k, turn, home)
+                assert hits(sims[i]) > h0[i]
+    assert len(set(home.values())) >= 2, home
+    assert c.metric("motor_coordinator_tokenize_requests_total", {"result": "ok"}) == 0
+    assert not c.find_events("kv_events_subscribed")
+    idx = kv_index(c)
+    assert idx["blocks"] > 0 and idx["slots"] == N
+    # An endpoint that leaves the table leaves the index.
+    c.set_instances([{"id": 1, "role": "union", "job_name": "job", "model_name": "m",
+                      "engine_type": "vllm", "status": "active",
+                      "endpoints": {"127.0.0.1": {"0": eps["127.0.0.1"]["0"]}}}])
+    assert kv_index(c)["slots"] <= 1
+    stop_clean(c)
