@@ -239,10 +239,15 @@ static json_t *effective(json_t *root, bool coordinator)
         got = ccfg_to_json(&co);
         ccfg_release(&co);
         /* Keys the coordinator reads since the before-image (issue 17: its log level,
-         * master/standby and etcd; issue 19: mid-stream rescheduling); upstream files that
+         * master/standby and etcd; issue 19: mid-stream rescheduling; issue 16: precision detection
+         * and where its alarms go); upstream files that
          * carry them were not read then. */
-        static const char *const since[] = {"logging_config", "standby_config", "etcd_config",
-                                            "reschedule_config"};
+        static const char *const since[] = {"logging_config",
+                                            "standby_config",
+                                            "etcd_config",
+                                            "reschedule_config",
+                                            "precision_detection_config",
+                                            "motor_controller_config"};
         for (size_t i = 0; i < sizeof(since) / sizeof(since[0]); i++)
             json_object_del(got, since[i]);
         /* Issue 18: the KV-event block and the cache-aware scheduler's keys are new, and
