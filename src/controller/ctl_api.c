@@ -431,6 +431,15 @@ static json_t *inst_view(struct ctl *c, struct ctl_inst *in)
         json_t *n = json_pack("{s:s, s:s, s:I, s:I, s:o}", "pod_ip", nm->pod_ip, "port", nm->port,
                               "device_num", (json_int_t)nm->device_num, "node_rank",
                               (json_int_t)nm->node_rank, "endpoints", eps);
+        char target[96];
+        snprintf(target, sizeof(target), strchr(nm->pod_ip, ':') ? "[%s]:%s" : "%s:%s", nm->pod_ip,
+                 nm->port);
+        const struct ctl_auth_fail *af = ctl_auth_fail_of(c, target);
+        if (af)
+            json_object_set_new(n, "auth_error",
+                                json_sprintf("HTTP %ld on %s: %s", af->status, af->route,
+                                             af->status == 401 ? "no management key sent"
+                                                               : "management key refused"));
         if (in->assembled) {
             json_object_set_new(n, "heartbeat_age_ms", json_integer(now - nm->last_hb_ms));
             json_object_set_new(n, "start_ok", json_boolean(nm->start_ok));
@@ -480,10 +489,12 @@ void ctl_api_instances(struct httpd_req *req, void *arg)
     json_t *pend = json_array();
     for (size_t i = 0; i < c->n_pending; i++)
         json_array_append_new(pend, inst_view(c, c->pending[i]));
-    httpd_respond_json(req, 200,
-                       json_pack("{s:I, s:o, s:o, s:I}", "count", (json_int_t)c->n_insts,
-                                 "instances", arr, "assembling", pend, "next_id",
-                                 (json_int_t)c->next_id));
+    json_t *o = json_pack("{s:I, s:o, s:o, s:I}", "count", (json_int_t)c->n_insts, "instances", arr,
+                          "assembling", pend, "next_id", (json_int_t)c->next_id);
+    json_t *auth = ctl_auth_fails_json(c);
+    if (auth)
+        json_object_set_new(o, "node_manager_auth", auth);
+    httpd_respond_json(req, 200, o);
 }
 
 /* ---- probes and metrics

@@ -518,12 +518,13 @@ static const struct cfgtab_row rows[] = {
      .doc = "restarts within one reset window before the endpoint is `failed` (0 = unlimited)"},
     {"standalone", CFGTAB_BOOL, OFF(standalone), .flags = M, .dump = "motor.standalone",
      .doc = "no Controller: launch the configured endpoints at boot, never register"},
-    {"management_api_key", CFGTAB_STRING, OFF(management_api_key), .flags = M | CFGTAB_SECRET,
+    {"management_api_key", CFGTAB_STRING, OFF(management_api_key), .flags = L | M | CFGTAB_SECRET,
      .check = nonempty_key, .dump = "motor.management_api_key",
      .doc = "require `X-Motor-Management-Key` on state-changing routes"},
     {"management_api_key_file", CFGTAB_STRING, OFF(management_api_key_file),
-     .flags = M | CFGTAB_NONEMPTY, .dump = "motor.management_api_key_file",
-     .doc = "the key from a file (trailing whitespace trimmed); not with `management_api_key`"},
+     .flags = L | M | CFGTAB_NONEMPTY, .dump = "motor.management_api_key_file",
+     .doc = "the key from a file (trailing whitespace trimmed; read again on every reload, the "
+            "file is watched); not with `management_api_key`"},
     {"engine_log_dir", CFGTAB_STRING, OFF(engine_log_dir), .flags = L | M, .def_s = "",
      .dump = "motor.engine_log_dir", .doc = "rotated files `engine-<id>.log` (none when empty)"},
     {"engine_log_rotation_size", CFGTAB_INT64, OFF(engine_log_rotation_bytes), .flags = L | M,
@@ -905,9 +906,9 @@ static void parse_engine_section(struct loader *L, json_t *sec, const char *secn
     c->dp_master_port = get_int(ec, "data_parallel_master_port", 29500, 1, 65535, e);
     /* vLLM's DP group: one store port per rank from the master port on. */
     if (c->parallel.dp_size > 1 && c->dp_master_port + c->parallel.dp_size - 1 > 65535)
-        cfg_error(e, "data_parallel_master_port",
-                  "%d DP ranks need ports %d..%d, beyond 65535", c->parallel.dp_size,
-                  c->dp_master_port, c->dp_master_port + c->parallel.dp_size - 1);
+        cfg_error(e, "data_parallel_master_port", "%d DP ranks need ports %d..%d, beyond 65535",
+                  c->parallel.dp_size, c->dp_master_port,
+                  c->dp_master_port + c->parallel.dp_size - 1);
     c->dp_rpc_port = get_int(ec, "data_parallel_rpc_port", 9000, 1, 65535, e);
     if (c->engine_type == NM_ENGINE_SGLANG)
         c->bootstrap_port = get_int(ec, "disaggregation_bootstrap_port", 0, 1, 65535, e);
