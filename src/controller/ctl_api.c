@@ -384,13 +384,23 @@ static void h_ft_status(struct httpd_req *req, void *arg)
                               json_pack("{s:s, s:[]}", "phase", "DISABLED", "instances")));
         return;
     }
+    /* Seed 002: with DP scale-down off the runtime phase is DISABLED ("开关关闭返回
+     * DISABLED"), whatever Motor's strategies did. Motor's own record of them (the
+     * relaunch's strategy, strategy_phase, history, the phase the runtime would have)
+     * stays observable beside it: motor_phase, motor_runtimes. */
+    bool sd_on = c->cfg.scale_down_enable;
     if (q) {
         struct ctl_ft_rt *rt = ctl_find_rt(c, id);
         if (!rt) {
             httpd_respond_error(req, 404, "fault-tolerance runtime not found");
             return;
         }
-        httpd_respond_json(req, 200, wire_envelope_new(200, "Success", ctl_ft_rt_json(rt)));
+        json_t *j = ctl_ft_rt_json(rt);
+        if (!sd_on) {
+            json_object_set(j, "motor_phase", json_object_get(j, "phase"));
+            json_object_set_new(j, "phase", json_string("DISABLED"));
+        }
+        httpd_respond_json(req, 200, wire_envelope_new(200, "Success", j));
         return;
     }
     struct ctl_ft_rt **v;
@@ -399,6 +409,15 @@ static void h_ft_status(struct httpd_req *req, void *arg)
     for (size_t i = 0; i < n; i++)
         json_array_append_new(arr, ctl_ft_rt_json(v[i]));
     free(v);
+    if (!sd_on) {
+        httpd_respond_json(req, 200,
+                           wire_envelope_new(200, "Success",
+                                             json_pack("{s:s, s:[], s:o, s:b, s:b}", "phase",
+                                                       "DISABLED", "instances", "motor_runtimes",
+                                                       arr, "dp_scale_down", 0, "engine_relaunch",
+                                                       c->cfg.relaunch_enable)));
+        return;
+    }
     httpd_respond_json(req, 200,
                        wire_envelope_new(200, "Success",
                                          json_pack("{s:o, s:b, s:b}", "instances", arr,
