@@ -497,7 +497,7 @@ static const struct cfgtab_row rows[] = {
      .doc = "FT poll timeout (also bounds the proxy's status/apply calls)"},
     {"fault_tolerance_config.max_poll_failures", CFGTAB_INT, OFF(ft.max_poll_failures), .flags = L,
      .min = 1, .max = 1000000, .def_i = 3,
-     .doc = "consecutive failed polls → one `EngineDeadError` \"unreachable\""},
+     .doc = "accepted, not used: the first failed poll during runtime reports DEAD (seed 002)"},
     {"fault_tolerance_config.max_consecutive_404", CFGTAB_INT, OFF(ft.max_consecutive_404),
      .flags = L, .min = 1, .max = 1000000, .def_i = 3,
      .doc = "404s in a row → the engine has no FT API (\"unsupported\")"},
