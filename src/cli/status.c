@@ -592,6 +592,20 @@ json_t *status_model(const struct status_targets *t, const struct status_docs *d
         }
     }
     json_decref(all);
+    /* Node managers refusing the controller's management key: every call the controller
+     * makes to them (start, stop, relaunch, FT) fails until the keys agree. */
+    json_t *auth = ctl_ok ? json_object_get(d->ctl_instances, "node_manager_auth") : NULL;
+    json_t *refusing = json_object_get(auth, "refusing");
+    json_t *rf;
+    json_array_foreach(refusing, i, rf)
+    {
+        long code = (long)json_integer_value(json_object_get(rf, "status"));
+        problem(problems,
+                "controller cannot authenticate to node manager %s: HTTP %ld on %s (%s); %s",
+                str_or(rf, "node_manager", "?"), code, str_or(rf, "route", "?"),
+                code == 401 ? "no management key sent" : "management key refused",
+                str_or(auth, "fix", "check the management keys"));
+    }
     insts = sorted(insts);
     if (ctl_ok && list && json_array_size(insts) == 0)
         problem(problems, "no instance is registered with the controller");

@@ -666,6 +666,22 @@ int up_plan_build(const json_t *user, const struct up_plan_opts *o, struct up_pl
         }
         nodemgr_pod_view_release(&c);
         cfg_errors_release(&tmp);
+        /* DP ranks across pods: in single-container mode every pod of an instance would
+         * start all the role's DP ranks (its device share is the whole world) on a DP RPC
+         * port of its own, and the controller would assemble the instance from the first
+         * pod and refuse the others forever. Refused here, naming the keys, until the
+         * node manager learns each pod's share of the ranks. nnodes > 1 with
+         * data_parallel_size 1 (cross-node PCP: master + headless) is fine. */
+        if (ri[i].pods_per_instance > 1 && ri[i].dp > 1)
+            cfg_error(e, "motor_deploy_config",
+                      "%s %d with %s.engine_config.data_parallel_size %d: motor up cannot "
+                      "spread one instance's DP ranks over several pods (each pod would start "
+                      "all %d ranks and the controller would keep only the first pod); set %s "
+                      "to 1 (every rank in one pod), or data_parallel_size to 1 with nnodes %d "
+                      "(cross-node, a master and headless pods), or run the pods as separate "
+                      "node managers each with its basic_config.device_num share",
+                      roles[i].pods_key, ri[i].pods_per_instance, roles[i].section, ri[i].dp,
+                      ri[i].dp, roles[i].pods_key, ri[i].pods_per_instance);
     }
     if (cfg_errors_count(e) > start_errors)
         return -EINVAL;

@@ -73,6 +73,9 @@ static void metrics_setup(struct ctl *c)
     m->partial_loss = metrics_counter_family(
         m->reg, "motor_controller_partial_loss_total",
         "Instances deleted while some members still heartbeat, by action.", "action");
+    m->nm_auth_failed =
+        metrics_counter_new(m->reg, "motor_controller_node_manager_auth_failures_total",
+                            "Node-manager calls refused for the management key (401 or 403).");
     m->coord_restarts =
         metrics_counter_new(m->reg, "motor_controller_coordinator_restarts_total",
                             "Coordinator restarts detected by a changed boot id (full set sent).");
@@ -304,6 +307,7 @@ out:
     ctl_requests_drop_all(c);
     ctl_instmgr_free_all(c);
     ctl_prec_free(c);
+    ctl_auth_fails_free(c);
     for (size_t i = 0; i < c->n_restops; i++)
         free(c->restops[i].key);
     free(c->restops);

@@ -392,13 +392,23 @@ static void h_ft_status(struct httpd_req *req, void *arg)
                               json_pack("{s:s, s:[]}", "phase", "DISABLED", "instances")));
         return;
     }
+    /* Seed 002: with DP scale-down off the runtime phase is DISABLED ("开关关闭返回
+     * DISABLED"), whatever Motor's strategies did. Motor's own record of them (the
+     * relaunch's strategy, strategy_phase, history, the phase the runtime would have)
+     * stays observable beside it: motor_phase, motor_runtimes. */
+    bool sd_on = c->cfg.scale_down_enable;
     if (q) {
         struct ctl_ft_rt *rt = ctl_find_rt(c, id);
         if (!rt) {
             httpd_respond_error(req, 404, "fault-tolerance runtime not found");
             return;
         }
-        httpd_respond_json(req, 200, wire_envelope_new(200, "Success", ctl_ft_rt_json(rt)));
+        json_t *j = ctl_ft_rt_json(rt);
+        if (!sd_on) {
+            json_object_set(j, "motor_phase", json_object_get(j, "phase"));
+            json_object_set_new(j, "phase", json_string("DISABLED"));
+        }
+        httpd_respond_json(req, 200, wire_envelope_new(200, "Success", j));
         return;
     }
     struct ctl_ft_rt **v;
@@ -407,6 +417,15 @@ static void h_ft_status(struct httpd_req *req, void *arg)
     for (size_t i = 0; i < n; i++)
         json_array_append_new(arr, ctl_ft_rt_json(v[i]));
     free(v);
+    if (!sd_on) {
+        httpd_respond_json(req, 200,
+                           wire_envelope_new(200, "Success",
+                                             json_pack("{s:s, s:[], s:o, s:b, s:b}", "phase",
+                                                       "DISABLED", "instances", "motor_runtimes",
+                                                       arr, "dp_scale_down", 0, "engine_relaunch",
+                                                       c->cfg.relaunch_enable)));
+        return;
+    }
     httpd_respond_json(req, 200,
                        wire_envelope_new(200, "Success",
                                          json_pack("{s:o, s:b, s:b}", "instances", arr,
@@ -439,6 +458,15 @@ static json_t *inst_view(struct ctl *c, struct ctl_inst *in)
         json_t *n = json_pack("{s:s, s:s, s:I, s:I, s:o}", "pod_ip", nm->pod_ip, "port", nm->port,
                               "device_num", (json_int_t)nm->device_num, "node_rank",
                               (json_int_t)nm->node_rank, "endpoints", eps);
+        char target[96];
+        snprintf(target, sizeof(target), strchr(nm->pod_ip, ':') ? "[%s]:%s" : "%s:%s", nm->pod_ip,
+                 nm->port);
+        const struct ctl_auth_fail *af = ctl_auth_fail_of(c, target);
+        if (af)
+            json_object_set_new(n, "auth_error",
+                                json_sprintf("HTTP %ld on %s: %s", af->status, af->route,
+                                             af->status == 401 ? "no management key sent"
+                                                               : "management key refused"));
         if (in->assembled) {
             json_object_set_new(n, "heartbeat_age_ms", json_integer(now - nm->last_hb_ms));
             json_object_set_new(n, "start_ok", json_boolean(nm->start_ok));
@@ -488,10 +516,12 @@ void ctl_api_instances(struct httpd_req *req, void *arg)
     json_t *pend = json_array();
     for (size_t i = 0; i < c->n_pending; i++)
         json_array_append_new(pend, inst_view(c, c->pending[i]));
-    httpd_respond_json(req, 200,
-                       json_pack("{s:I, s:o, s:o, s:I}", "count", (json_int_t)c->n_insts,
-                                 "instances", arr, "assembling", pend, "next_id",
-                                 (json_int_t)c->next_id));
+    json_t *o = json_pack("{s:I, s:o, s:o, s:I}", "count", (json_int_t)c->n_insts, "instances", arr,
+                          "assembling", pend, "next_id", (json_int_t)c->next_id);
+    json_t *auth = ctl_auth_fails_json(c);
+    if (auth)
+        json_object_set_new(o, "node_manager_auth", auth);
+    httpd_respond_json(req, 200, o);
 }
 
 /* ---- probes and metrics

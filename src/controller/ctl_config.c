@@ -238,6 +238,16 @@ static const struct cfgtab_row coord_key_rows[] = {
      .ops = &cfgtab_ops_loaded, .size = sizeof(char *)},
 };
 
+static const struct cfgtab_row nm_key_rows[] = {
+    {"enable_api_key", CFGTAB_BOOL, OFF(nm_key_enable),
+     .doc = "(motor) send the node managers' `management_api_key` as `X-Motor-Management-Key` "
+            "on every `/node-manager/` call"},
+    {"api_key_file", CFGTAB_STRING, OFF(nm_key_file),
+     .doc = "(motor) the key: the file's first line (read when enabled, again on every reload)"},
+    {"key_loaded", CFGTAB_CUSTOM, OFF(nm_key), .flags = CFGTAB_DERIVED | CFGTAB_SECRET,
+     .ops = &cfgtab_ops_loaded, .size = sizeof(char *)},
+};
+
 static const struct cfgtab_row rows[] = {
     {"daemon_loop_interval", CFGTAB_MS, OFF(daemon_loop_ms), .flags = L, .min = 0.05, .max = 3600,
      .def_d = 5,
@@ -256,6 +266,8 @@ static const struct cfgtab_row rows[] = {
     {"instance_config", CFGTAB_GROUP, 0, .flags = L | CFGTAB_OBJECT, .sub = SUB(instance_rows)},
     {"event_config", CFGTAB_GROUP, 0, .flags = L | CFGTAB_OBJECT, .sub = SUB(event_rows)},
     {"fault_tolerance_config", CFGTAB_GROUP, 0, .flags = L | CFGTAB_OBJECT, .sub = SUB(ft_rows)},
+    {"node_manager_api_key_config", CFGTAB_GROUP, 0, .flags = L | M | CFGTAB_OBJECT,
+     .sub = SUB(nm_key_rows)},
     {"etcd_config", CFGTAB_GROUP, 0, .flags = CFGTAB_OBJECT, .sub = SUB(etcd_rows)},
     {"standby_config", CFGTAB_GROUP, 0, .flags = CFGTAB_OBJECT, .sub = SUB(standby_rows)},
     {"store_config", CFGTAB_GROUP, 0, .flags = CFGTAB_OBJECT, .sub = SUB(store_rows)},
@@ -363,6 +375,24 @@ static void read_coordinator_key(struct ctlcfg *c, struct cfg_errors *e)
     c->coordinator_key = key;
 }
 
+static void read_nm_key(struct ctlcfg *c, struct cfg_errors *e)
+{
+    if (!c->nm_key_enable)
+        return;
+    const char *f = c->nm_key_file;
+    char *key = NULL;
+    int rc = f && *f ? cfg_read_secret(f, &key) : -ENOENT;
+    if (rc < 0) {
+        cfg_error(e, "node_manager_api_key_config.api_key_file",
+                  "cannot read a key from \"%s\": %s", f ? f : "", strerror(-rc));
+        return;
+    }
+    if (c->nm_key)
+        explicit_bzero(c->nm_key, strlen(c->nm_key));
+    free(c->nm_key);
+    c->nm_key = key;
+}
+
 /* Block at root[key] when it is an object; "must be an object" (prefix key) otherwise. */
 static json_t *block(json_t *root, const char *key, struct cfg_errors *e)
 {
@@ -389,6 +419,7 @@ void ctlcfg_apply(struct ctlcfg *c, json_t *root, struct cfg_errors *e)
     cfg_errors_set_prefix(e, whole ? "" : "motor_controller_config");
     cfgtab_apply(&ctlcfg_cfgtab, SRC_CTL, c, ctl, &ctx);
     derive_store(c, &ctx);
+    read_nm_key(c, e);
 
     /* The deploy block's TLS overrides the controller's own block, as upstream. */
     json_t *deploy = block(root, "motor_deploy_config", e);

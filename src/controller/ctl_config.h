@@ -107,6 +107,11 @@ struct ctlcfg {
     char *coordinator_key;       /* mgmt API key or NULL */
     bool coordinator_key_enable; /* mgmt_api_key_config.enable_api_key */
     char *coordinator_key_file;  /* mgmt_api_key_config.api_key_file */
+    /* node_manager_api_key_config: the node managers' management_api_key, sent as
+     * X-Motor-Management-Key on every /node-manager/ call */
+    char *nm_key;
+    bool nm_key_enable;
+    char *nm_key_file;
     int64_t coordinator_hb_ms;
     int64_t coordinator_sync_ms; /* 0 = no periodic full set */
     int64_t coordinator_timeout_ms;

@@ -53,6 +53,17 @@ struct ctl_restop {
     int64_t at;
 };
 
+/* A node manager that refused the controller's management key (401 none sent, 403 wrong
+ * key): kept until the node manager answers a request with anything else. */
+struct ctl_auth_fail {
+    char *target; /* "ip:port" (IPv6 in brackets), as in the URL */
+    char *route;  /* the path refused, e.g. "/node-manager/start" */
+    long status;
+    uint64_t count;
+    int64_t first_ms, last_ms, logged_ms; /* monotonic */
+};
+#define CTL_AUTH_FAIL_MAX 64
+
 struct ctl_metrics {
     struct metrics_registry *reg;
     struct metrics_counter *registrations, *reregistrations, *register_errors;
@@ -66,6 +77,7 @@ struct ctl_metrics {
     struct metrics_counter *isolation_suppressed;
     struct metrics_counter *freshness_gate; /* transitions to active refused (stale member) */
     struct metrics_family *partial_loss;    /* action */
+    struct metrics_counter *nm_auth_failed; /* node-manager calls refused 401/403 */
     struct metrics_counter *coord_restarts; /* coordinator restarts seen by boot id */
     struct metrics_counter *reloads_ok, *reloads_failed;
 };
@@ -135,6 +147,8 @@ struct ctl {
      * is refused with 410 and the stop repeated (bounded ring, ids are never reused). */
     int64_t lost[64];
     size_t n_lost;
+    struct ctl_auth_fail auth_fails[CTL_AUTH_FAIL_MAX];
+    size_t n_auth_fails;
 
     struct ctl_metrics m;
     struct ctl_obs *obs;   /* alarms and the observability listener (ctl_obs.c) */
@@ -247,6 +261,11 @@ typedef void (*ctl_resp_fn)(struct ctl *c, const struct httpc_response *resp, vo
 typedef void (*ctl_drop_fn)(void *arg, intptr_t tag);
 /* One request (method "GET"/"POST"; body NULL = none) with the controller's TLS
  * settings; every request is tracked so that shutdown can release its context. */
+/* The node managers refusing the key, for GET /controller/instances (NULL when none), and
+ * the refusal recorded for one node manager ("ip:port"), NULL when none. */
+json_t *ctl_auth_fails_json(struct ctl *c);
+const struct ctl_auth_fail *ctl_auth_fail_of(const struct ctl *c, const char *target);
+void ctl_auth_fails_free(struct ctl *c);
 void ctl_request(struct ctl *c, const char *method, const char *url, const json_t *body,
                  int64_t timeout_ms, ctl_resp_fn fn, void *arg, intptr_t tag, ctl_drop_fn drop);
 /* Release the contexts of every request still in flight (after httpc_free). */

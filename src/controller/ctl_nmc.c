@@ -17,7 +17,123 @@ struct ctl_call {
     ctl_drop_fn drop;
     void *arg;
     intptr_t tag;
+    char *nm_target; /* "ip:port" of a node-manager call, NULL otherwise */
+    char *nm_route;
 };
+
+/* ---- the node managers' management key ------------------------------------------------ */
+
+static const char AUTH_HINT[] =
+    "set motor_controller_config.node_manager_api_key_config (enable_api_key, api_key_file) "
+    "to the node managers' management_api_key";
+
+/* A node-manager URL: "scheme://host:port/node-manager/...". The target and the route, or
+ * false. */
+static bool nm_url_parts(const char *url, char **target, char **route)
+{
+    const char *h = strstr(url, "://");
+    if (!h)
+        return false;
+    h += 3;
+    const char *p = strchr(h, '/');
+    if (!p || strncmp(p, "/node-manager/", 14) != 0)
+        return false;
+    *target = xstrndup(h, (size_t)(p - h));
+    size_t n = strcspn(p, "?");
+    *route = xstrndup(p, n);
+    return true;
+}
+
+static ssize_t auth_find(const struct ctl *c, const char *target)
+{
+    for (size_t i = 0; i < c->n_auth_fails; i++)
+        if (strcmp(c->auth_fails[i].target, target) == 0)
+            return (ssize_t)i;
+    return -1;
+}
+
+const struct ctl_auth_fail *ctl_auth_fail_of(const struct ctl *c, const char *target)
+{
+    ssize_t i = auth_find(c, target);
+    return i < 0 ? NULL : &c->auth_fails[i];
+}
+
+static void auth_release(struct ctl_auth_fail *f)
+{
+    free(f->target);
+    free(f->route);
+    memset(f, 0, sizeof(*f));
+}
+
+void ctl_auth_fails_free(struct ctl *c)
+{
+    for (size_t i = 0; i < c->n_auth_fails; i++)
+        auth_release(&c->auth_fails[i]);
+    c->n_auth_fails = 0;
+}
+
+/* 401/403 from a node manager: the key is missing or wrong. Logged as an error the first
+ * time and then every 30 s per node manager (a fleet of them must not flood the log), and
+ * kept for GET /controller/instances and `motor status`. */
+static void auth_failed(struct ctl *c, const char *target, const char *route, long status)
+{
+    int64_t now = reactor_now(c->r);
+    metrics_counter_inc(c->m.nm_auth_failed);
+    ssize_t i = auth_find(c, target);
+    if (i < 0) {
+        if (c->n_auth_fails == CTL_AUTH_FAIL_MAX) {
+            auth_release(&c->auth_fails[0]);
+            memmove(&c->auth_fails[0], &c->auth_fails[1],
+                    (CTL_AUTH_FAIL_MAX - 1) * sizeof(c->auth_fails[0]));
+            c->n_auth_fails--;
+        }
+        i = (ssize_t)c->n_auth_fails++;
+        c->auth_fails[i] = (struct ctl_auth_fail){.target = xstrdup(target), .first_ms = now};
+    }
+    struct ctl_auth_fail *f = &c->auth_fails[i];
+    free(f->route);
+    f->route = xstrdup(route);
+    f->status = status;
+    f->count++;
+    f->last_ms = now;
+    if (f->count > 1 && now - f->logged_ms < 30000)
+        return;
+    f->logged_ms = now;
+    log_error("node_manager_auth_failed", LF_STR("node_manager", target), LF_STR("route", route),
+              LF_INT("status", status),
+              LF_STR("reason", status == 401 ? "no management key sent (the node manager needs one)"
+                                             : "the node manager refused the key (wrong key)"),
+              LF_BOOL("key_sent", c->cfg.nm_key != NULL), LF_INT("refusals", (int64_t)f->count),
+              LF_STR("fix", AUTH_HINT));
+}
+
+static void auth_ok(struct ctl *c, const char *target)
+{
+    ssize_t i = auth_find(c, target);
+    if (i < 0)
+        return;
+    log_info("node_manager_auth_ok", LF_STR("node_manager", target),
+             LF_INT("refusals_before", (int64_t)c->auth_fails[i].count));
+    auth_release(&c->auth_fails[i]);
+    c->auth_fails[i] = c->auth_fails[--c->n_auth_fails];
+}
+
+json_t *ctl_auth_fails_json(struct ctl *c)
+{
+    if (!c->n_auth_fails)
+        return NULL;
+    int64_t now = reactor_now(c->r);
+    json_t *a = json_array();
+    for (size_t i = 0; i < c->n_auth_fails; i++) {
+        const struct ctl_auth_fail *f = &c->auth_fails[i];
+        json_array_append_new(a, json_pack("{s:s, s:s, s:i, s:I, s:f}", "node_manager", f->target,
+                                           "route", f->route, "status", (int)f->status, "refusals",
+                                           (json_int_t)f->count, "last_age_s",
+                                           (double)(now - f->last_ms) / 1000.0));
+    }
+    return json_pack("{s:b, s:o, s:s}", "key_sent", c->cfg.nm_key != NULL, "refusing", a, "fix",
+                     AUTH_HINT);
+}
 
 char *ctl_nm_url(struct ctl *c, const char *ip, const char *port, const char *path)
 {
@@ -27,12 +143,25 @@ char *ctl_nm_url(struct ctl *c, const char *ip, const char *port, const char *pa
     return xasprintf("%s://%s:%s%s", scheme, ip, port, path);
 }
 
+static void call_free(struct ctl_call *k)
+{
+    free(k->nm_target);
+    free(k->nm_route);
+    free(k);
+}
+
 static void call_done(const struct httpc_response *resp, void *arg)
 {
     struct ctl_call *k = arg;
     list_remove(&k->link);
+    if (k->nm_target && resp->error == 0 && resp->status > 0) {
+        if (resp->status == 401 || resp->status == 403)
+            auth_failed(k->c, k->nm_target, k->nm_route, resp->status);
+        else
+            auth_ok(k->c, k->nm_target);
+    }
     k->fn(k->c, resp, k->arg, k->tag);
-    free(k);
+    call_free(k);
 }
 
 void ctl_request(struct ctl *c, const char *method, const char *url, const json_t *body,
@@ -56,9 +185,17 @@ void ctl_request(struct ctl *c, const char *method, const char *url, const json_
         .max_response = 4u << 20,
         .tls = c->use_tls ? &c->tls : NULL,
     };
-    if (c->cfg.coordinator_key && strncmp(url, "http", 4) == 0 &&
-        (strstr(url, "/instances/") || strstr(url, "/precision/"))) {
-        char *hdr = xasprintf("X-Motor-Management-Key: %s", c->cfg.coordinator_key);
+    bool nm_call = nm_url_parts(url, &k->nm_target, &k->nm_route);
+    /* Each peer gets its own key: the coordinator's on its management routes, the node
+     * managers' on theirs (start, stop, engine-restart, the FT routes; the GETs too, which
+     * is harmless). */
+    const char *key =
+        nm_call ? c->cfg.nm_key
+        : strncmp(url, "http", 4) == 0 && (strstr(url, "/instances/") || strstr(url, "/precision/"))
+            ? c->cfg.coordinator_key
+            : NULL;
+    if (key) {
+        char *hdr = xasprintf("X-Motor-Management-Key: %s", key);
         const char *hdrs[] = {hdr, NULL};
         o.headers = hdrs;
         httpc_request(c->hc, &o, call_done, k);
@@ -78,7 +215,7 @@ void ctl_requests_drop_all(struct ctl *c)
         list_remove(n);
         if (k->drop)
             k->drop(k->arg, k->tag);
-        free(k);
+        call_free(k);
     }
 }
 

@@ -122,9 +122,19 @@ static void watch_files(struct ctl *c)
 {
     if (!c->watch)
         return;
-    const char *files[] = {c->cli.config, c->cfg.tls.cert_file, c->cfg.tls.key_file,
-                           c->cfg.tls.ca_file};
-    size_t n = c->cfg.tls.enable ? ARRAY_LEN(files) : 1;
+    /* The key files too: rotating a key is writing its file, the config stays the same. */
+    const char *files[6] = {c->cli.config};
+    size_t n = 1;
+    if (c->cfg.nm_key_enable && c->cfg.nm_key_file && *c->cfg.nm_key_file)
+        files[n++] = c->cfg.nm_key_file;
+    if (c->cfg.coordinator_key_enable && c->cfg.coordinator_key_file &&
+        *c->cfg.coordinator_key_file)
+        files[n++] = c->cfg.coordinator_key_file;
+    if (c->cfg.tls.enable) {
+        files[n++] = c->cfg.tls.cert_file;
+        files[n++] = c->cfg.tls.key_file;
+        files[n++] = c->cfg.tls.ca_file;
+    }
     (void)cfgwatch_set(c->watch, files, n, NULL, 0);
 }
 
@@ -208,6 +218,17 @@ int ctl_reload_now(struct ctl *c, const char *why)
         log_error("config_table_bug", LF_STR("why", "a restart row cannot be kept"));
     struct ctlcfg old = c->cfg;
     c->cfg = next;
+    /* Keys are secrets: the diff cannot name a changed one, so say it here. */
+    const char *keys[][3] = {{old.nm_key, next.nm_key, "node_manager"},
+                             {old.coordinator_key, next.coordinator_key, "coordinator"}};
+    for (size_t i = 0; i < ARRAY_LEN(keys); i++) {
+        bool was = keys[i][0] != NULL, is = keys[i][1] != NULL;
+        if (was != is || (was && !util_secret_equal(keys[i][0], keys[i][1])))
+            log_info("management_key_rotated", LF_STR("peer", keys[i][2]), LF_BOOL("before", was),
+                     LF_BOOL("after", is));
+    }
+    if (!c->cfg.nm_key || !old.nm_key || !util_secret_equal(old.nm_key, c->cfg.nm_key))
+        ctl_auth_fails_free(c); /* judged again with the new key */
     apply(c, live);
     watch_files(c);
     if (c->watch)

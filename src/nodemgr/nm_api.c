@@ -259,7 +259,7 @@ int nm_api_init(struct nodemgr *nm)
     int port = nm->port_override >= 0 ? nm->port_override : cfg->node_manager_port;
     struct httpd_config hc = {
         .name = "node-manager-api",
-        .host = cfg->pod_ip,
+        .host = cfg->bind_host ? cfg->bind_host : cfg->pod_ip,
         .port = (uint16_t)port,
         .max_body = NM_API_MAX_BODY,
         .api_key = cfg->management_api_key,
@@ -292,7 +292,7 @@ int nm_api_init(struct nodemgr *nm)
     free(password);
     if (!nm->api) {
         int err = errno ? errno : EIO;
-        log_error("api_listen_failed", LF_STR("host", cfg->pod_ip), LF_INT("port", port),
+        log_error("api_listen_failed", LF_STR("host", hc.host), LF_INT("port", port),
                   LF_STR("error", strerror(err)));
         return -err;
     }
@@ -320,7 +320,8 @@ int nm_api_init(struct nodemgr *nm)
     nm_route(nm, "GET", "/node-manager/engines", h_engines, nm, 0);
     nm_route(nm, "GET", "/node-manager/engines/{id}/logs", h_logs, nm, 0);
 
-    log_info("nm_listening", LF_STR("host", cfg->pod_ip), LF_INT("port", nm->api_port),
+    log_info("nm_listening", LF_STR("host", hc.host), LF_STR("advertised", cfg->pod_ip),
+             LF_BOOL("pod_ip_detected", cfg->pod_ip_detected), LF_INT("port", nm->api_port),
              LF_BOOL("tls", t->enable_tls), LF_BOOL("mutual_tls", hc.tls_ca_file != NULL),
              LF_BOOL("management_key", cfg->management_api_key != NULL));
     return 0;

@@ -21,6 +21,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #define DEFAULT_CONTROLLER_DNS "mindie-motor-controller-service.mindie-motor.svc.cluster.local"
 #define API_KEY_FILE_MAX 4096
 
@@ -99,6 +105,39 @@ static char **capture_env(nm_env_fn fn, void *ud)
 }
 
 /* An env value that counts as set: present and not empty. */
+/* The local address peers reach this pod by, for a pod_ip that is not configured: the
+ * source address of the route to the Controller when its host is a numeric IPv4 address
+ * (a UDP connect sends nothing; no DNS lookup at startup), else the first IPv4 address of
+ * an interface that is up and not loopback (a pod's eth0), else NULL (127.0.0.1 stays). */
+static char *routable_ip(const char *ctl_host, int ctl_port)
+{
+    char buf[INET_ADDRSTRLEN] = "";
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)ctl_port)};
+    if (ctl_host && inet_pton(AF_INET, ctl_host, &to.sin_addr) == 1) {
+        int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in me;
+        socklen_t len = sizeof(me);
+        if (fd >= 0 && connect(fd, (struct sockaddr *)&to, sizeof(to)) == 0 &&
+            getsockname(fd, (struct sockaddr *)&me, &len) == 0 && me.sin_addr.s_addr != 0)
+            inet_ntop(AF_INET, &me.sin_addr, buf, sizeof(buf));
+        if (fd >= 0)
+            close(fd);
+        if (*buf)
+            return xstrdup(buf);
+    }
+    struct ifaddrs *ifs = NULL;
+    if (getifaddrs(&ifs) == 0) {
+        for (struct ifaddrs *i = ifs; i && !*buf; i = i->ifa_next) {
+            if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP) ||
+                (i->ifa_flags & IFF_LOOPBACK))
+                continue;
+            inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, buf, sizeof(buf));
+        }
+        freeifaddrs(ifs);
+    }
+    return *buf ? xstrdup(buf) : NULL;
+}
+
 static const char *env_set(const struct nm_config *c, const char *name)
 {
     const char *v = nm_config_env(c, name);
@@ -394,8 +433,14 @@ static const struct cfgtab_row rows[] = {
 
     /* motor_nodemanger_config */
     {"api_config.pod_ip", CFGTAB_STRING, OFF(pod_ip), .flags = CFGTAB_NONEMPTY, .env = "POD_IP",
-     .def_s = "127.0.0.1",
-     .doc = "API bind address, registered pod IP, the IP every start-command endpoint must carry"},
+     .def_s = "127.0.0.1", .def_doc = "`$POD_IP`, else detected",
+     .doc = "registered pod IP, the IP every start-command endpoint must carry, the API bind "
+            "address; unset (no key, no `$POD_IP`): the API binds 0.0.0.0 and advertises the "
+            "source address of the route to a numeric Controller IP, else the first non-loopback "
+            "interface address, else 127.0.0.1"},
+    {"api_config.bind_host", CFGTAB_STRING, OFF(bind_host), .flags = D, .dump = "motor.bind_host"},
+    {"api_config.pod_ip_detected", CFGTAB_BOOL, OFF(pod_ip_detected), .flags = D,
+     .dump = "motor.pod_ip_detected"},
     {"api_config.node_manager_port", CFGTAB_INT, OFF(node_manager_port), .min = 1, .max = 65535,
      .def_i = 1026, .doc = "API port (single container: + index)"},
     {"mgmt_tls_config", CFGTAB_GROUP, OFF(mgmt_tls), .sub = &tls_table,
@@ -452,7 +497,7 @@ static const struct cfgtab_row rows[] = {
      .doc = "FT poll timeout (also bounds the proxy's status/apply calls)"},
     {"fault_tolerance_config.max_poll_failures", CFGTAB_INT, OFF(ft.max_poll_failures), .flags = L,
      .min = 1, .max = 1000000, .def_i = 3,
-     .doc = "consecutive failed polls → one `EngineDeadError` \"unreachable\""},
+     .doc = "accepted, not used: the first failed poll during runtime reports DEAD (seed 002)"},
     {"fault_tolerance_config.max_consecutive_404", CFGTAB_INT, OFF(ft.max_consecutive_404),
      .flags = L, .min = 1, .max = 1000000, .def_i = 3,
      .doc = "404s in a row → the engine has no FT API (\"unsupported\")"},
@@ -518,12 +563,13 @@ static const struct cfgtab_row rows[] = {
      .doc = "restarts within one reset window before the endpoint is `failed` (0 = unlimited)"},
     {"standalone", CFGTAB_BOOL, OFF(standalone), .flags = M, .dump = "motor.standalone",
      .doc = "no Controller: launch the configured endpoints at boot, never register"},
-    {"management_api_key", CFGTAB_STRING, OFF(management_api_key), .flags = M | CFGTAB_SECRET,
+    {"management_api_key", CFGTAB_STRING, OFF(management_api_key), .flags = L | M | CFGTAB_SECRET,
      .check = nonempty_key, .dump = "motor.management_api_key",
      .doc = "require `X-Motor-Management-Key` on state-changing routes"},
     {"management_api_key_file", CFGTAB_STRING, OFF(management_api_key_file),
-     .flags = M | CFGTAB_NONEMPTY, .dump = "motor.management_api_key_file",
-     .doc = "the key from a file (trailing whitespace trimmed); not with `management_api_key`"},
+     .flags = L | M | CFGTAB_NONEMPTY, .dump = "motor.management_api_key_file",
+     .doc = "the key from a file (trailing whitespace trimmed; read again on every reload, the "
+            "file is watched); not with `management_api_key`"},
     {"engine_log_dir", CFGTAB_STRING, OFF(engine_log_dir), .flags = L | M, .def_s = "",
      .dump = "motor.engine_log_dir", .doc = "rotated files `engine-<id>.log` (none when empty)"},
     {"engine_log_rotation_size", CFGTAB_INT64, OFF(engine_log_rotation_bytes), .flags = L | M,
@@ -905,9 +951,9 @@ static void parse_engine_section(struct loader *L, json_t *sec, const char *secn
     c->dp_master_port = get_int(ec, "data_parallel_master_port", 29500, 1, 65535, e);
     /* vLLM's DP group: one store port per rank from the master port on. */
     if (c->parallel.dp_size > 1 && c->dp_master_port + c->parallel.dp_size - 1 > 65535)
-        cfg_error(e, "data_parallel_master_port",
-                  "%d DP ranks need ports %d..%d, beyond 65535", c->parallel.dp_size,
-                  c->dp_master_port, c->dp_master_port + c->parallel.dp_size - 1);
+        cfg_error(e, "data_parallel_master_port", "%d DP ranks need ports %d..%d, beyond 65535",
+                  c->parallel.dp_size, c->dp_master_port,
+                  c->dp_master_port + c->parallel.dp_size - 1);
     c->dp_rpc_port = get_int(ec, "data_parallel_rpc_port", 9000, 1, 65535, e);
     if (c->engine_type == NM_ENGINE_SGLANG)
         c->bootstrap_port = get_int(ec, "disaggregation_bootstrap_port", 0, 1, 65535, e);
@@ -1128,6 +1174,21 @@ static void derive(struct loader *L, json_t *deploy)
             break;
         }
         c->service_ports[i] = port;
+    }
+
+    /* Seed 000: without a configured pod_ip (file or $POD_IP) the API binds the wildcard
+     * address, as upstream's falls back to 0.0.0.0, but what is registered and carried by
+     * the endpoints must be an address peers can reach. */
+    set_str(&c->bind_host, c->pod_ip);
+    c->pod_ip_detected = false;
+    if (!cfgtab_given(&L->tab, OFF(pod_ip)) && !env_set(c, "POD_IP")) {
+        char *ip = routable_ip(c->controller_host, c->controller_port);
+        if (ip) {
+            set_str(&c->pod_ip, ip);
+            free(ip);
+        }
+        set_str(&c->bind_host, "0.0.0.0");
+        c->pod_ip_detected = true;
     }
 
     /* fault tolerance */

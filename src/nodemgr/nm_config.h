@@ -190,8 +190,11 @@ struct nm_config {
     struct wire_strlist warnings; /* non-fatal notes, one sentence each */
 
     /* api_config / TLS */
-    char *pod_ip;
-    int node_manager_port;           /* includes the single-container offset */
+    char *pod_ip;          /* advertised: registered, carried by every endpoint, engines bind it */
+    char *bind_host;       /* where the API listens: pod_ip, or the wildcard 0.0.0.0 when pod_ip
+                              is unset (seed 000: upstream's host falls back to 0.0.0.0) */
+    bool pod_ip_detected;  /* pod_ip unset: the advertised address was found (see docs) */
+    int node_manager_port; /* includes the single-container offset */
     int node_manager_port_requested; /* before nm_ports_allocate moved it; 0 = not moved */
     struct nm_tls mgmt_tls;
     struct nm_tls infer_tls; /* motor_deploy_config.tls_config.infer_tls_config (probes) */

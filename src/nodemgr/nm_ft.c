@@ -12,8 +12,8 @@
  * anything else => reported once per status signature (POST
  * /controller/report_software_fault: engine_status healthy 0 / dead 1 / unhealthy 2,
  * exception_type fault_info / EngineDeadError / EngineUnhealthyError, the raw entry in
- * additional_info), remembered only once the Controller accepted it; max_poll_failures
- * consecutive failed polls => one EngineDeadError "unreachable"; max_consecutive_404
+ * additional_info), remembered only once the Controller accepted it; the first failed
+ * poll during runtime => one EngineDeadError "unreachable" (seed 002); max_consecutive_404
  * 404s => "unsupported", re-probed every unsupported_reprobe_interval_sec.
  * Engines whose process is gone are not polled: the pidfd already reported the death.
  *
@@ -34,6 +34,7 @@
 #include <string.h>
 
 #define FT_MIN_POLL_MS 50
+#define NM_FT_DEAD_AFTER_FAILED_POLLS 1
 #define FT_EXCEPTION_TYPE_MAX 256
 
 /* ---- the pure part ------------------------------------------------------------------- */
@@ -413,7 +414,8 @@ static void report_unreachable(struct nm_ft *ft, struct nm_endpoint *e, struct f
 {
     char msg[NM_FT_ERR_MAX + 128];
     snprintf(msg, sizeof(msg),
-             "engine FT status of endpoint %lld unreachable after %d consecutive polls: %s",
+             "engine FT status of endpoint %lld unreachable at a failed poll during runtime "
+             "(%d in a row): %s",
              (long long)e->ep.id, fe->track.failures, why);
     json_t *info = json_pack("{s:s, s:i, s:s, s:i}", "source", "ft_poll", "consecutive_failures",
                              fe->track.failures, "error", why, "pid", (int)e->pid);
@@ -427,7 +429,11 @@ static void observe(struct nm_ft *ft, struct nm_endpoint *e, struct ft_ep *fe, e
     struct nodemgr *nm = ft->nm;
     const struct nm_ft_config *fc = &nm->cfg->ft;
     char *sig = NULL;
-    unsigned act = nm_ft_track_observe(&fe->track, ev, entry, fc->max_poll_failures,
+    /* Seed 002: the manager runs only once the engines are ready, so the first failed status
+     * request during runtime reports DEAD; max_poll_failures is accepted and not used
+     * ("遗留 max_poll_failures 当前不参与判定"). A DP scale-down verifies each DEAD
+     * candidate against the engine's own FT answer before it retires it (ctl_scaledown.c). */
+    unsigned act = nm_ft_track_observe(&fe->track, ev, entry, NM_FT_DEAD_AFTER_FAILED_POLLS,
                                        fc->max_consecutive_404, &sig);
     if (act & NM_FT_NOW_SUPPORTED)
         log_info("ft_supported", LF_INT("endpoint_id", e->ep.id));
@@ -567,7 +573,7 @@ static void ft_update(struct nm_ft *ft, const char *cause)
             reactor_timer_start(nm->r, &ft->poll_timer, 0, iv);
             log_info("ft_polling_started", LF_STR("cause", cause), LF_INT("interval_ms", iv),
                      LF_INT("timeout_ms", nm_ft_poll_timeout_ms(nm)),
-                     LF_INT("max_poll_failures", nm->cfg->ft.max_poll_failures),
+                     LF_INT("dead_after_failed_polls", NM_FT_DEAD_AFTER_FAILED_POLLS),
                      LF_INT("max_consecutive_404", nm->cfg->ft.max_consecutive_404));
         } else if (ft->poll_timer.interval_ms != iv) {
             reactor_timer_start(nm->r, &ft->poll_timer, iv, iv);

@@ -6,11 +6,12 @@
  * miss. Relevant events are debounced, then the file is reloaded with the same role,
  * environment snapshot and binary. An invalid file keeps the old config (and says why);
  * a valid one is swapped in whole. What takes effect at once: log level, heartbeat
- * interval (also the arbitration period, unlike upstream), probe settings
+ * interval (also the arbitration period, unlike upstream), the management key (its file
+ * is watched too), probe settings
  * (health_check_config), the Controller address, FT polling switches, and everything read
  * when engines are next launched. What needs a restart is what the configuration table
- * marks so (rows without CFGTAB_LIVE: bind address and port, TLS material, the
- * management key, standalone/KV mode, the endpoint layout); the changed ones are logged
+ * marks so (rows without CFGTAB_LIVE: bind address and port, TLS material,
+ * standalone/KV mode, the endpoint layout); the changed ones are logged
  * by key (nm_config_restart_keys). */
 #include "nodemgr/nm_internal.h"
 #include "nodemgr/nm_ports.h"
@@ -22,6 +23,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The config file, and the key file: rotating the key is writing that file. */
+static void watch_files(struct nodemgr *nm)
+{
+    if (!nm->watch)
+        return;
+    const char *files[] = {nm->cfg->config_path, nm->cfg->management_api_key_file};
+    (void)cfgwatch_set(nm->watch, files, files[1] ? 2 : 1, NULL, 0);
+}
 
 int nm_reload_now(struct nodemgr *nm)
 {
@@ -55,6 +65,17 @@ int nm_reload_now(struct nodemgr *nm)
     enum log_level lvl;
     if (log_parse_level(next->log_level, &lvl) == 0)
         log_set_level(lvl);
+    /* The management key rotates at once (constant-time compare in httpd). */
+    bool had = old->management_api_key != NULL, has = next->management_api_key != NULL;
+    if (had != has ||
+        (had && !util_secret_equal(old->management_api_key, next->management_api_key))) {
+        httpd_set_api_key(nm->api, next->management_api_key);
+        log_info("management_key_rotated", LF_BOOL("before", had), LF_BOOL("after", has),
+                 LF_STR("from", next->management_api_key_file ? "file" : "config"));
+    }
+    watch_files(nm);
+    if (nm->watch)
+        cfgwatch_mark(nm->watch); /* the key file just read */
     nm_ctrl_reconfigure(nm);
     nm_ctrl_heartbeat_reconfigure(nm);
     nm_arb_reconfigure(nm);
@@ -93,8 +114,8 @@ int nm_reload_init(struct nodemgr *nm)
     nm->watch = cfgwatch_new(nm->r, "config", 0, snapshot ? NULL : reload_fire, nm);
     if (snapshot)
         log_info("config_watch_disabled", LF_STR("why", "snapshot enabled"));
-    (void)cfgwatch_set(nm->watch, &path, 1, NULL, 0);
-    cfgwatch_mark(nm->watch); /* the file loaded at start */
+    watch_files(nm);
+    cfgwatch_mark(nm->watch); /* the files loaded at start */
     return 0;
 }
 

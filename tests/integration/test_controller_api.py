@@ -11,7 +11,7 @@ import time
 import pytest
 
 import motorlib
-from ctl_fakes import Controller, FakeCoordinator, FakeNM, call, controller_config
+from ctl_fakes import Controller, FakeCoordinator, FakeNM, call, controller_config, ft_phase
 
 
 @pytest.fixture
@@ -364,7 +364,7 @@ def test_terminate_and_member_reregistration(env):
     assert not b.seen("/node-manager/stop")
     assert c.status_of(iid) is None
     st, ft = c.ft(iid)
-    assert st == 200 and ft["data"]["phase"] == "RECONFIGURING"
+    assert st == 200 and ft_phase(ft["data"]) == "RECONFIGURING"
     assert ft["data"]["reconfiguration_dispatched"] is True
     # a comes back (the platform restarted it): a new instance of the job
     a.register(c.url)
@@ -437,6 +437,28 @@ def test_fault_tolerance_disabled(env):
     assert "accepted" not in body["data"]
     st, body = c.ft()
     assert st == 200 and body["data"] == {"phase": "DISABLED", "instances": []}
+
+
+def test_fault_tolerance_status_disabled_without_dp_scale_down(env):
+    """Seed 002: FT on but DP scale-down off answers phase DISABLED with no instances;
+    Motor's own record of its strategies stays beside it (motor_runtimes, motor_phase)."""
+    c = env.controller()  # enable_dp_scale_down defaults to false
+    a = env.nm("job-sdoff", role="union", ports=(10000,))
+    assert a.register(c.url) == (200, {"result": 0})
+    iid = wait_start(a)["instance_id"]
+    st, body = c.ft()
+    d = body["data"]
+    assert st == 200 and d["phase"] == "DISABLED" and d["instances"] == []
+    assert d["dp_scale_down"] is False
+    motorlib.wait_for(lambda: [r["instance_id"] for r in c.ft()[1]["data"]["motor_runtimes"]]
+                      == [iid], 10, what="the runtime kept as motor_runtimes")
+    st, body = c.ft(iid)
+    assert st == 200 and body["data"]["phase"] == "DISABLED"
+    assert body["data"]["motor_phase"] == "NORMAL"
+    # with the switch on, the runtimes are upstream's list again
+    c2 = env.controller(ft={"enable_dp_scale_down": True}, store={"backend": "memory"})
+    st, body = c2.ft()
+    assert st == 200 and "phase" not in body["data"] and body["data"]["instances"] == []
 
 
 def test_graceful_stop_is_clean(env):

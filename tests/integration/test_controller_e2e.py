@@ -12,7 +12,7 @@ import signal
 import pytest
 
 import motorlib
-from ctl_fakes import Controller, FakeCoordinator, call, controller_config
+from ctl_fakes import Controller, FakeCoordinator, call, controller_config, ft_phase
 from ctl_fakes.e2e import engine_pids, relaunches, sim_nm
 
 
@@ -152,7 +152,7 @@ def test_relaunch_that_cannot_proceed_escalates(procs, tmpdir_path, coord):
     try:
         os.kill(engine_pids(victim_nm)[0], signal.SIGKILL)
         motorlib.wait_for(lambda: c.ft(iid)[0] == 200 and
-                          c.ft(iid)[1]["data"]["phase"] == "RECONFIGURING", 20,
+                          ft_phase(c.ft(iid)[1]["data"]) == "RECONFIGURING", 20,
                           what="escalated to reconfiguration")
         d = c.ft(iid)[1]["data"]
         hist = [(h["scope"], h["phase"]) for h in d["history"]]

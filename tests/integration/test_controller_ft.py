@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 import motorlib
-from ctl_fakes import Controller, FakeCoordinator, FakeNM, controller_config
+from ctl_fakes import Controller, FakeCoordinator, FakeNM, controller_config, ft_phase
 
 FT_CAP = {"enabled": True, "scale_down_supported": True, "external_lb": True,
           "auto_recovery": False, "fused_mc2_enabled": False, "eplb_enabled": True,
@@ -86,7 +86,7 @@ def test_relaunch_success(env):
     phases = [p for s, p in h if s == "EngineRelaunchStrategy"]
     assert phases[0] == "INIT" and "RELAUNCH_ENGINE" in phases and phases[-1] == "SUCCESS"
     assert not a.seen("/node-manager/stop") and not b.seen("/node-manager/stop")
-    assert c.ft(iid)[1]["data"]["phase"] == "NORMAL"
+    assert ft_phase(c.ft(iid)[1]["data"]) == "NORMAL"
     # the episode is settled: the same engine failing again starts a new relaunch
     n = len(a.seen("/node-manager/engine-restart"))
     a.restart_recovers = True
@@ -115,7 +115,7 @@ def test_relaunch_failure_escalates_to_reconfiguration(env):
     st, rt = c.ft(iid)
     assert st == 200
     d = rt["data"]
-    assert d["phase"] == "RECONFIGURING" and d["reconfiguration_dispatched"] is True
+    assert ft_phase(d) == "RECONFIGURING" and d["reconfiguration_dispatched"] is True
     assert "restart not accepted" in d["last_error"]
     phases = [(s, p) for s, p in history(c, iid)]
     assert ("EngineRelaunchStrategy", "RESTART_CONTAINER") in phases
@@ -181,7 +181,7 @@ def test_dp_scale_down_end_to_end(env):
     a.set(1, "abnormal")
     st, body = a.report(c.url, 1, 1)
     assert body["data"]["accepted"] is True
-    motorlib.wait_for(lambda: c.ft(iid)[1]["data"]["phase"] == "SCALED_DOWN_RUNNING", 15,
+    motorlib.wait_for(lambda: ft_phase(c.ft(iid)[1]["data"]) == "SCALED_DOWN_RUNNING", 15,
                       what="SCALED_DOWN_RUNNING")
     d = c.ft(iid)[1]["data"]
     assert d["dead_committed"] == [1] and d["pending_removed_ranks"] == []
@@ -236,7 +236,7 @@ def test_dp_scale_down_failure_falls_back_to_relaunch(env):
     d = c.ft(iid)[1]["data"]
     assert d["dead_committed"] == []
     # the relaunch recovers everything: the runtime is NORMAL again
-    motorlib.wait_for(lambda: c.ft(iid)[1]["data"]["phase"] == "NORMAL", 15, what="NORMAL again")
+    motorlib.wait_for(lambda: ft_phase(c.ft(iid)[1]["data"]) == "NORMAL", 15, what="NORMAL again")
     assert c.ft(iid)[1]["data"]["fallback_strategy"] is None
 
 
@@ -264,7 +264,7 @@ def test_dp_scale_down_verifies_dead_reports(env):
     motorlib.wait_for(lambda: c.ft(iid)[1]["data"]["strategy_phase"] == "SUCCESS", 10,
                       what="scale-down ended without a change")
     d = c.ft(iid)[1]["data"]
-    assert d["phase"] == "NORMAL" and d["dead_committed"] == []
+    assert ft_phase(d) == "NORMAL" and d["dead_committed"] == []
     ends = [h for h in d["history"] if h["scope"] == "DpScaleDownStrategy" and
             h["phase"] == "SUCCESS"]
     assert "no candidate is dead" in ends[-1]["detail"]

@@ -380,3 +380,71 @@ def test_examples_are_valid(example, tmpdir_path):
     r = motor("coordinator", "--check-config", "--config", path)
     assert r.returncode == 0, r.stderr
     json.loads(r.stdout)
+
+
+# ---------------------------------------------------------------------------------------
+# deploy/kubernetes/gang: a multi-pod instance as one scheduling unit (Volcano)
+
+GANG = K8S / "gang" / "inference-gang.yaml"
+
+
+def gang_docs() -> list[dict]:
+    return [d for d in yaml.safe_load_all(GANG.read_text()) if d is not None]
+
+
+def test_gang_job_schedules_and_restarts_the_instance_as_one(tmpdir_path):
+    docs_ = gang_docs()
+    cm = [d for d in docs_ if d["kind"] == "ConfigMap"]
+    jobs = [d for d in docs_ if d["kind"] == "Job"]
+    assert len(cm) == 1 and jobs
+    cfg = json.loads(cm[0]["data"]["user_config.json"])
+    # the same control plane as the base ConfigMap: the pods find the same controller
+    base = user_config()
+    for block in ("motor_controller_config", "motor_coordinator_config"):
+        assert cfg[block] == base[block], block
+    deploy = cfg["motor_deploy_config"]
+    pods = deploy["single_d_instance_pod_num"]
+    assert pods > 1, "the gang example is a multi-pod instance"
+    path = write_user_config(tmpdir_path, cfg)
+    for job in jobs:
+        assert job["apiVersion"] == "batch.volcano.sh/v1alpha1"
+        spec = job["spec"]
+        assert spec["schedulerName"] == "volcano"
+        replicas = sum(t["replicas"] for t in spec["tasks"])
+        # all the instance's pods or none; the survivors' exit 255 restarts every pod
+        assert spec["minAvailable"] == replicas == pods
+        actions = {p["event"]: p["action"] for p in spec["policies"]}
+        assert actions.get("PodFailed") == "RestartJob" and actions.get("PodEvicted") == "RestartJob"
+        for task in spec["tasks"]:
+            pspec = task["template"]["spec"]
+            # Never: an exit is a PodFailed event (OnFailure would restart the survivor in
+            # place, alone, next to a dead peer)
+            assert pspec["restartPolicy"] == "Never"
+            cs = pspec["containers"]
+            assert len(cs) == 1
+            c = cs[0]
+            check_command(c["command"])
+            env = env_of(c)
+            for name in env:
+                assert_env_known(name)
+            role = env["ROLE"]["value"]
+            assert env["JOB_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == \
+                "metadata.labels['volcano.sh/job-name']"
+            assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+            # each pod registers its share of the DP ranks
+            r = motor("node-manager", "--check-config", "--config", path,
+                      env={"ROLE": role, "POD_IP": "10.1.2.3", "JOB_NAME": "j"})
+            assert r.returncode == 0, r.stderr
+            eff = json.loads(r.stdout)
+            dp = cfg[f"motor_engine_{role}_config"]["engine_config"]["data_parallel_size"]
+            engine_ports = [int(p) for p in eff["endpoint_config"]["service_ports"]]
+            assert len(engine_ports) * pods == dp, (engine_ports, dp, pods)
+            ports = port_map(c)
+            assert ports["nm"] == eff["api_config"]["node_manager_port"]
+            assert [ports[f"engine-{i}"] for i in range(len(engine_ports))] == engine_ports
+            vols = {v["name"]: v for v in pspec["volumes"]}
+            mount = [m for m in c["volumeMounts"]
+                     if m["mountPath"] == os.path.dirname(env["USER_CONFIG_PATH"]["value"])][0]
+            assert vols[mount["name"]]["configMap"]["name"] == cm[0]["metadata"]["name"]
+            npus = list(c["resources"]["limits"].values())
+            assert npus == [deploy[NPU_KEY[role]]]

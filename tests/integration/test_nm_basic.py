@@ -236,6 +236,29 @@ def test_invalid_config_exits_1_listing_every_error(tmpdir_path, motor):
     assert p.returncode == 1
 
 
+def test_unset_pod_ip_binds_the_wildcard_and_advertises_a_routable_address(tmpdir_path, motor):
+    """Seed 000: without pod_ip (file or $POD_IP) upstream's API host falls back to
+    0.0.0.0; Motor binds the wildcard too but registers an address peers can reach (here
+    the source address of the route to the Controller at 127.0.0.1), never 0.0.0.0."""
+    cfg = nm_config()
+    del cfg["motor_engine_union_config"]["motor_nodemanger_config"]["api_config"]["pod_ip"]
+    path = write_json(os.path.join(tmpdir_path, "nopod.json"), cfg)
+    env = {k: v for k, v in os.environ.items() if k != "POD_IP"}
+    env["ROLE"] = "union"
+    p = subprocess.run([motor, "node-manager", "--check-config", "--config", path], env=env,
+                       capture_output=True, text=True, timeout=20)
+    assert p.returncode == 0, p.stderr
+    eff = json.loads(p.stdout)
+    assert eff["motor"]["bind_host"] == "0.0.0.0" and eff["motor"]["pod_ip_detected"] is True
+    assert eff["api_config"]["pod_ip"] == "127.0.0.1"
+    # a configured pod_ip is both the bind and the advertised address
+    env["POD_IP"] = "127.0.0.1"
+    p = subprocess.run([motor, "node-manager", "--check-config", "--config", path], env=env,
+                       capture_output=True, text=True, timeout=20)
+    eff = json.loads(p.stdout)
+    assert eff["motor"]["bind_host"] == "127.0.0.1" and eff["motor"]["pod_ip_detected"] is False
+
+
 def test_slow_controller_never_stalls_api_or_probes(procs, tmpdir_path, ctl):
     cfg = nm_config(controller_port=ctl.port)
     nm = start_nm(procs, write_json(os.path.join(tmpdir_path, "c.json"), cfg))

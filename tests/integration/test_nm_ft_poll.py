@@ -132,7 +132,9 @@ def test_not_accepted_report_is_retried(procs, tmpdir_path, ctl):
     assert all(r["engine_status"] == 1 for r in ft_reports(ctl))
 
 
-def test_unreachable_engine_is_dead_after_max_poll_failures(procs, tmpdir_path, ctl):
+def test_unreachable_engine_is_dead_at_the_first_failed_poll(procs, tmpdir_path, ctl):
+    # Seed 002: the first failed status request during runtime reports DEAD; the legacy
+    # max_poll_failures is accepted and takes no part.
     nm, _, _, port = started(procs, tmpdir_path, ctl,
                              ft={"max_poll_failures": 3, "poll_timeout_sec": 0.3})
     nm.wait_event("ft_polling_started", timeout=5)
@@ -141,8 +143,9 @@ def test_unreachable_engine_is_dead_after_max_poll_failures(procs, tmpdir_path, 
     sim_fault(port, "hang")
     rep = wait_report(ctl, 1)[0]
     assert rep["engine_status"] == 1 and rep["exception_type"] == "EngineDeadError", rep
-    assert "unreachable after 3 consecutive polls" in rep["exception_message"], rep
-    assert rep["additional_info"]["consecutive_failures"] == 3
+    assert "unreachable at a failed poll during runtime (1 in a row)" in \
+        rep["exception_message"], rep
+    assert rep["additional_info"]["consecutive_failures"] == 1
     # Deduplicated: more failures, no second report.
     motorlib.wait_for(lambda: ft_ep(nm)["consecutive_failures"] >= 6, timeout=10,
                       what="more failed polls")

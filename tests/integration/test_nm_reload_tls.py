@@ -95,7 +95,8 @@ def test_hot_reload_kubernetes_symlink_swap(procs, tmpdir_path):
     cfg2 = json.loads(json.dumps(cfg))
     blk = cfg2["motor_engine_union_config"]["motor_nodemanger_config"]
     blk["basic_config"]["heartbeat_interval_seconds"] = 0.4
-    blk["management_api_key"] = "new-key"  # a restart key: reported, not applied
+    blk["management_api_key"] = "new-key"  # live: rotated at once, never logged
+    blk["port_allocator_config"] = {"scan_range": 50}  # a restart key: reported, not applied
     os.makedirs(os.path.join(d, "..v2"))
     write_json(os.path.join(d, "..v2", "user_config.json"), cfg2)
     os.symlink("..v2", os.path.join(d, "..data_tmp"))
@@ -103,7 +104,10 @@ def test_hot_reload_kubernetes_symlink_swap(procs, tmpdir_path):
     ev = nm.wait_event("config_reloaded", timeout=5)
     assert ev["heartbeat_interval_seconds"] == 0.4
     ev = nm.wait_event("config_reload_restart_required", timeout=5)
-    assert ev["settings"] == "motor.management_api_key", ev
+    assert "scan_range" in ev["settings"] and "management" not in ev["settings"], ev
+    ev = nm.wait_event("management_key_rotated", timeout=5)
+    assert ev["before"] is False and ev["after"] is True
+    assert nm.post("/node-manager/pause", {}).status == 401
     assert "new-key" not in nm.output()
     # A touch without a content change reloads nothing.
     n = len(nm.find_events("config_reloaded"))

@@ -86,6 +86,19 @@ def test_dry_run_multi_pod_and_multi_instance_layout(tmpdir_path):
     cfg["motor_deploy_config"].update({"p_instances_num": 2, "d_instances_num": 1,
                                        "single_d_instance_pod_num": 2})
     path = write_config(tmpdir_path, cfg)
+    # DP ranks across pods (decode: 2 pods, data_parallel_size 2) are refused, naming the
+    # keys, by the dry run as by the real run: each pod would start every rank.
+    for extra in (("--state-dir", os.path.join(tmpdir_path, "st")), ("--dry-run",)):
+        r = run_motor("up", "-c", path, *extra, timeout=15)
+        assert r.returncode != 0
+        assert "single_d_instance_pod_num 2" in r.stderr, r.stderr
+        assert "motor_engine_decode_config.engine_config.data_parallel_size 2" in r.stderr
+        assert "cannot spread one instance's DP ranks over several pods" in r.stderr
+    # The same layout with a cross-node decode (nnodes 2, one rank) plans.
+    cfg["motor_engine_decode_config"]["engine_config"].update(
+        {"data_parallel_size": 1, "tensor_parallel_size": 2, "pipeline_parallel_size": 2,
+         "nnodes": 2, "master_port": 29700})
+    path = write_config(tmpdir_path, cfg)
     p = plan("-c", path, "--port-base", 26000)
     names = [d["name"] for d in p["pods"]]
     assert names == ["prefill-0", "prefill-1", "decode-0.0", "decode-0.1"]

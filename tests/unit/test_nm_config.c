@@ -81,7 +81,12 @@ static void test_defaults(void **state)
     struct nm_config *c = must_load("nm_defaults.json", "both", NULL);
     assert_int_equal(c->role, WIRE_ROLE_UNION);
     assert_string_equal(c->role_section, "motor_engine_union_config");
-    assert_string_equal(c->pod_ip, "127.0.0.1");
+    /* Seed 000: no pod_ip anywhere: the API binds the wildcard address and advertises an
+     * address of this host (the Controller's host is a DNS name here: an interface's). */
+    assert_string_equal(c->bind_host, "0.0.0.0");
+    assert_true(c->pod_ip_detected);
+    assert_non_null(c->pod_ip);
+    assert_string_not_equal(c->pod_ip, "0.0.0.0");
     assert_int_equal(c->node_manager_port, 1026);
     assert_false(c->mgmt_tls.enable_tls);
     assert_string_equal(c->mgmt_tls.ca_file, "security/mgmt/cert/ca.crt");
@@ -549,8 +554,8 @@ static void test_motor_additions(void **state)
     assert_true(c->restart_backoff_max_sec == 0);
     nm_config_free(c);
     cfg_errors_release(&errs);
-    c = from_text("{'motor_nodemanger_config':{'restart_backoff_initial_sec':-0.5}}", "union",
-                  NULL, &errs);
+    c = from_text("{'motor_nodemanger_config':{'restart_backoff_initial_sec':-0.5}}", "union", NULL,
+                  &errs);
     assert_null(c);
     assert_non_null(strstr(cfg_errors_text(&errs),
                            "restart_backoff_initial_sec: must be a number in [0, 3600]"));
@@ -914,6 +919,8 @@ static void test_env_precedence(void **state)
     struct nm_config *c = from_text("{}", "union", env, &errs);
     assert_non_null(c);
     assert_string_equal(c->pod_ip, "10.1.1.1");
+    assert_string_equal(c->bind_host, "10.1.1.1"); /* a configured pod_ip is the bind address */
+    assert_false(c->pod_ip_detected);
     assert_string_equal(c->job_name, "job-env");
     assert_string_equal(c->controller_host, "ctl.env");
     assert_string_equal(c->ranktable_path, "/tmp/rt.json");
@@ -951,9 +958,13 @@ static void test_env_precedence(void **state)
 
     /* empty env values count as unset */
     const char *empty[] = {"POD_IP=", "JOB_NAME=", "KUBERNETES_SERVICE_HOST=", NULL};
-    c = from_text("{}", "union", empty, &errs);
+    c = from_text("{'motor_controller_config':{'api_config':{'controller_api_dns':'127.0.0.1'}}}",
+                  "union", empty, &errs);
     assert_non_null(c);
+    /* pod_ip unset, a numeric Controller address: the source address of the route to it */
     assert_string_equal(c->pod_ip, "127.0.0.1");
+    assert_string_equal(c->bind_host, "0.0.0.0");
+    assert_true(c->pod_ip_detected);
     assert_null(c->job_name);
     assert_false(c->ft.container_restart_managed);
     nm_config_free(c);

@@ -363,6 +363,12 @@ class FakeNM:
 # controller process
 
 
+def ft_phase(data: dict) -> str:
+    """A fault-tolerance runtime's phase: Motor's own record when DP scale-down is off (the
+    wire answers phase DISABLED then, seed 002, and keeps the real one as motor_phase)."""
+    return data.get("motor_phase", data["phase"])
+
+
 def controller_config(tmpdir: str, coordinator_port: int, store: Optional[dict] = None,
                       ft: Optional[dict] = None, instance: Optional[dict] = None,
                       event: Optional[dict] = None, api: Optional[dict] = None,

@@ -15,8 +15,10 @@ from fake_controller import NM, nm_config, start_nm, write_json
 def sim_nm(procs: motorlib.ProcRegistry, tmp: str, ctl_port: int, job: str, *,
            role: str = "union", dp: int = 1, device_num: int = 1, nnodes: int = 1,
            rpc_port: int = 0, engine: Optional[dict] = None, controller_ft: Optional[dict] = None,
-           name: str = "nm", load_seconds: float = 0.1, master_port: int = 0) -> NM:
-    """One node manager hosting `device_num` DP ranks (one endpoint per device)."""
+           name: str = "nm", load_seconds: float = 0.1, master_port: int = 0,
+           nm: Optional[dict] = None) -> NM:
+    """One node manager hosting `device_num` DP ranks (one endpoint per device); `nm`:
+    extra motor_nodemanger_config keys (management_api_key_file, ...)."""
     ec: dict[str, Any] = {"model": "sim-model", "data_parallel_size": dp,
                           "load_seconds": load_seconds}
     if rpc_port:
@@ -28,7 +30,7 @@ def sim_nm(procs: motorlib.ProcRegistry, tmp: str, ctl_port: int, job: str, *,
     ec.update(engine or {})
     cfg = nm_config(job=job, role=role, controller_port=ctl_port, engine_config=ec,
                     basic={"device_num": device_num, "heartbeat_interval_seconds": 0.2},
-                    controller_ft=controller_ft, endpoints=device_num,
+                    controller_ft=controller_ft, endpoints=device_num, nm=nm,
                     ft={"engine_restart_wait_timeout_sec": 60})
     if role in ("prefill", "decode"):
         cfg[f"motor_engine_{role}_config"]["dispatch_profile"] = "handoff"
