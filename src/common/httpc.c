@@ -144,6 +144,7 @@ struct httpc_req {
     bool in_cb;
     bool retried;
     bool got_bytes; /* some response byte arrived on the current connection */
+    bool reached;   /* the current connection was established (TCP connected) */
     bool have_head;
 
     struct http1_response head;
@@ -304,6 +305,7 @@ static void finish(struct httpc_req *q, int err, const char *text)
             .content_type = q->have_head && q->head.has_ctype ? q->head.ctype : NULL,
             .elapsed_ms = util_mono_ms() - q->start_ms,
             .length_framed = q->have_head && q->body == HTTP1_BODY_LENGTH,
+            .no_reply = err == -EIO && q->reached && !q->got_bytes,
         };
         if (q->done)
             q->done(&resp, q->arg);
@@ -454,6 +456,7 @@ static void connected(struct httpc_req *q)
 {
     struct cconn *c = q->conn;
     struct httpc *n = q->n;
+    q->reached = true;
     if (!conn_handshake_done(&c->c)) {
         q->st = NQ_HANDSHAKE;
         if (!conn_handshake_ready(&c->c)) {
@@ -533,6 +536,7 @@ static void open_connection(struct httpc_req *q, const struct sockaddr *sa, sock
     c->q = q;
     q->conn = c;
     q->got_bytes = false;
+    q->reached = false;
     /* connect and (TLS) handshake share the connect timeout */
     int64_t left = q->deadline_ms - util_mono_ms();
     int64_t ct = MOTOR_MIN(left, q->connect_timeout_ms);
@@ -654,6 +658,7 @@ static void dispatch(struct httpc_req *q)
     c->q = q;
     q->conn = c;
     q->got_bytes = false;
+    q->reached = true;
     send_request(q);
 }
 

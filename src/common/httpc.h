@@ -43,6 +43,10 @@ struct httpc_response {
      * server meant arrived); false for a chunked or close-delimited body, which a server
      * can end cleanly before its content is complete. */
     bool length_framed;
+    /* The connection was established, then closed or reset before any byte of an answer
+     * (-EIO): what a server at its connection cap does at accept — or one that died with
+     * the request. */
+    bool no_reply;
 };
 
 typedef void (*httpc_done_cb)(const struct httpc_response *resp, void *arg);

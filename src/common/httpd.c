@@ -479,6 +479,7 @@ struct httpd *httpd_new(struct reactor *r, const struct httpd_config *cfg)
     h->idle_timeout_s = cfg->idle_timeout_s ? cfg->idle_timeout_s : 60;
     h->min_rate = HTTPD_MIN_RATE;
     h->max_connections = cfg->max_connections ? cfg->max_connections : 1024;
+    h->evict_idle = cfg->evict_idle;
     h->api_key = xstrdup(cfg->api_key);
     h->api_key_header =
         xstrdup(cfg->api_key_header ? cfg->api_key_header : "X-Motor-Management-Key");

@@ -60,6 +60,11 @@ struct httpd_config {
                                 * a request (head and body) or take an answer the socket
                                 * holds back before it must keep up 500 B/s on average */
     unsigned max_connections;  /* 0 = 1024 */
+    /* At max_connections, a new connection closes the oldest idle keep-alive one (no
+     * request in progress) instead of being refused (a gateway: a flood of idle
+     * connections must not lock new clients out, as nginx does). Off: the new one is
+     * closed at accept (an engine's connection cap). */
+    bool evict_idle;
     bool reuse_port;           /* SO_REUSEPORT: several servers (threads) on one port */
     /* TLS: enabled when cert_file and key_file are set (PEM; the certificate file may
      * hold the chain). ca_file (optional) makes the server require client certificates

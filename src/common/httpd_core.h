@@ -50,6 +50,7 @@ struct httpd {
     unsigned idle_timeout_s;
     unsigned min_rate; /* HTTPD_MIN_RATE; tests raise it (httpd_set_min_rate) */
     unsigned max_connections;
+    bool evict_idle;
     uint16_t port;
     bool stopping; /* httpd_free in progress: handlers no longer run */
     char *api_key_header;

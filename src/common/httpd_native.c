@@ -145,6 +145,7 @@ struct native {
 };
 
 static void hc_run(struct hconn *c);
+static size_t out_pending(const struct hconn *c);
 
 /* ---- connection lifetime ----------------------------------------------------------------- */
 
@@ -211,6 +212,27 @@ static void peer_text(const struct sockaddr_storage *ss, char *out, size_t cap)
     }
 }
 
+/* At the limit (evict_idle): close the connection idle longest — between requests,
+ * nothing read, nothing to write — to make room. A scan of the connections, but only at
+ * the limit; false when none is idle (every slot busy: the new one is refused). */
+static bool evict_oldest_idle(struct native *n)
+{
+    struct hconn *oldest = NULL;
+    struct list_head *pos;
+    list_for_each(pos, &n->conns) {
+        struct hconn *c = list_entry(pos, struct hconn, link);
+        if (c->state == C_HEAD && c->rlen == 0 && !c->req && out_pending(c) == 0 &&
+            (!oldest || c->last_io < oldest->last_io))
+            oldest = c;
+    }
+    if (!oldest)
+        return false;
+    log_debug("http_idle_evicted", LF_STR("server", n->h->name), LF_STR("peer", oldest->peer),
+              LF_INT("idle_ms", reactor_now(n->h->r) - oldest->last_io));
+    hc_close(oldest, true);
+    return true;
+}
+
 static void accept_batch(struct native *n)
 {
     struct httpd *h = n->h;
@@ -239,7 +261,7 @@ static void accept_batch(struct native *n)
                          LF_STR("error", strerror(errno)));
             return;
         }
-        if (n->nconns >= h->max_connections) {
+        if (n->nconns >= h->max_connections && !(h->evict_idle && evict_oldest_idle(n))) {
             close(fd); /* over the limit: refused at once, before any byte is read */
             continue;
         }

@@ -142,6 +142,13 @@ static const struct cfgtab_row rows[] = {
      .def_i = 1026, .doc = "management port (0 = ephemeral; `--mgmt-port`)"},
     {"api_config.max_request_body_bytes", CFGTAB_SIZE, OFF(max_body), .flags = M, .min = 1024,
      .max = 256 << 20, .def_i = 16 << 20, .doc = "inference bodies (413 above)"},
+    {"api_config.max_connections", CFGTAB_INT, OFF(max_connections), .flags = M, .min = 0,
+     .max = 1 << 24, .def_doc = "automatic",
+     .doc = "client connections of the inference port, shared by the workers (0 = 4096 per "
+            "worker, lowered to fit the open-file limit); at the limit the oldest idle "
+            "keep-alive connection is closed for a new client"},
+    {"api_config.keep_alive_timeout", CFGTAB_MS, OFF(keep_alive_ms), .flags = M, .min = 1,
+     .max = 3600, .def_d = 60, .doc = "an idle client connection is closed after this"},
     {"scheduler_config.scheduler_type", CFGTAB_STRING, OFF(scheduler_type), .flags = L,
      .names = scheds, .def_s = "load_balance",
      .doc = "`load_balance`, `round_robin`, `kv_cache_affinity` (longest cached prefix, from "

@@ -44,6 +44,8 @@ struct ccfg {
     int infer_port;  /* coordinator_api_infer_port (1025), 0 = ephemeral */
     int mgmt_port;   /* coordinator_api_mgmt_port (1026), 0 = ephemeral */
     size_t max_body; /* (motor) max_request_body_bytes, inference requests */
+    int max_connections;   /* (motor) inference port, all workers; 0 = automatic */
+    int64_t keep_alive_ms; /* (motor) keep_alive_timeout: idle client connections, 60 s */
     /* scheduler_config */
     enum ccfg_scheduler scheduler;
     char *scheduler_type;         /* as configured */

@@ -50,6 +50,7 @@ struct coord_metrics {
     struct metrics_family *requests; /* {api, code} */
     struct metrics_counter *errors[CAUSE_COUNT];
     struct metrics_counter *retries;
+    struct metrics_counter *busy; /* legs an engine closed before answering (its cap) */
     struct metrics_counter *breaker_trips;
     struct metrics_counter *reschedules, *reschedule_refused; /* mid-stream (proxy.c) */
     struct metrics_histogram *reschedule_gap;
@@ -140,6 +141,7 @@ struct coord {
 
     struct coord_worker *workers;
     int n_workers;
+    unsigned conn_per_worker; /* client connection slots of each worker's server */
     atomic_bool stopping;
     struct reactor_timer beat_timer; /* workers' liveness beats */
 

@@ -52,6 +52,10 @@ static void metrics_setup(struct coord *c)
     m->retries =
         metrics_counter_new(m->reg, "motor_coordinator_retries_total",
                             "Attempts repeated on another instance before the first byte.");
+    m->busy = metrics_counter_new(
+        m->reg, "motor_coordinator_busy_endpoints_total",
+        "Legs an engine closed before answering anything (its connection cap): tried "
+        "elsewhere, not charged to the breaker nor to the retries.");
     struct metrics_family *rs = metrics_counter_family(
         m->reg, "motor_coordinator_reschedules_total",
         "Streamed answers whose leg failed mid-stream, by what followed: continued on another "
@@ -399,6 +403,26 @@ static int load_config(struct coord *c, const struct cli_args *a)
 static const char *const quiet_paths[] = {"/health",  "/liveness", "/readiness",
                                           "/startup", "/metrics",  NULL};
 
+#define COORD_CONN_PER_WORKER 4096
+#define COORD_FD_RESERVE 256 /* listeners, the management side, logs, etcd, resolver */
+
+/* Client connection slots per worker: api_config.max_connections shared out, or 4096
+ * each; either way no more than the open-file limit holds (a client connection and the
+ * engine connection it drives are two descriptors), so accept never fails for want of
+ * descriptors. */
+static unsigned conn_slots(struct coord *c, long nofile)
+{
+    long want = c->cfg.max_connections > 0 ? c->cfg.max_connections
+                                           : (long)COORD_CONN_PER_WORKER * c->n_workers;
+    long fit = nofile > 0 ? (nofile - COORD_FD_RESERVE) / 2 : want;
+    long total = MOTOR_MAX(MOTOR_MIN(want, fit), (long)c->n_workers * 16);
+    if (total < want)
+        log_warn("connection_slots_lowered", LF_INT("wanted", want), LF_INT("slots", total),
+                 LF_INT("open_files_limit", nofile),
+                 LF_STR("why", "each client connection may hold an engine connection too"));
+    return (unsigned)MOTOR_MAX(total / c->n_workers, 1L);
+}
+
 static int worker_create(struct coord *c, struct coord_worker *w, int idx, uint16_t port)
 {
     w->c = c;
@@ -413,7 +437,9 @@ static int worker_create(struct coord *c, struct coord_worker *w, int idx, uint1
         .port = port,
         .max_body = c->cfg.max_body,
         .reuse_port = true,
-        .max_connections = 4096,
+        .max_connections = c->conn_per_worker,
+        .evict_idle = true,
+        .idle_timeout_s = (unsigned)((c->cfg.keep_alive_ms + 999) / 1000),
         .quiet_paths = quiet_paths,
     };
     if (c->cfg.infer_tls.enable) {
@@ -579,6 +605,7 @@ int coordinator_main(int argc, char **argv)
     mgmt_publish(c); /* an empty snapshot before anyone routes */
 
     c->n_workers = c->cfg.workers;
+    c->conn_per_worker = conn_slots(c, nofile);
     c->workers = xcalloc((size_t)c->n_workers, sizeof(*c->workers));
     uint16_t port = (uint16_t)c->cfg.infer_port;
     for (int i = 0; i < c->n_workers; i++) {
@@ -609,6 +636,7 @@ int coordinator_main(int argc, char **argv)
     log_info("coordinator_listening", LF_STR("host", c->cfg.host),
              LF_INT("infer_port", c->infer_port), LF_INT("mgmt_port", c->mgmt_port),
              LF_INT("workers", c->n_workers), LF_INT("pid", getpid()),
+             LF_INT("connection_slots", (int64_t)c->conn_per_worker * c->n_workers),
              LF_BOOL("master_standby", c->cfg.ha_enable));
     reactor_timer_start(c->r, &c->beat_timer, 1000, 1000);
     coord_reload_init(c);

@@ -61,6 +61,11 @@
  * continuation elsewhere should its leg fail; a longer one can only end in-band. */
 #define PROXY_REC_MAX (8u << 20)
 #define PROXY_TAIL 16 /* bytes kept of a union stream's end: did it end with [DONE]? */
+/* Busy endpoints (closed at accept) a request may meet before that counts as a failure;
+ * the first few are retried at once, then with the retry backoff (capped at 1 s). */
+#define PROXY_BUSY_MAX 64
+#define PROXY_BUSY_AT_ONCE 4
+#define PROXY_BUSY_DELAY_MAX_MS 1000
 
 enum api { API_COMPLETIONS = 0, API_CHAT };
 static const char *const api_names[] = {"completions", "chat_completions"};
@@ -116,6 +121,7 @@ struct preq {
     struct leg legs[2];
     int attempts;
     int retries;
+    int busy; /* busy endpoints met (not retries: load is not failure) */
     struct {
         int64_t inst, ep;
     } avoid[PROXY_MAX_AVOID];
@@ -526,6 +532,37 @@ static void attempt_failed(struct preq *pr, struct leg *leg, enum coord_cause ca
         delay *= 2;
     if (delay > PROXY_BACKOFF_MAX_MS)
         delay = PROXY_BACKOFF_MAX_MS;
+    reactor_timer_start(pr->w->r, &pr->t_backoff, delay, 0);
+}
+
+/* The leg's engine closed the connection before answering anything — an engine at its
+ * connection cap does that at accept. Load, not failure: no breaker verdict, no retry
+ * spent; another endpoint is tried (at once while there may be an idle one). Bounded:
+ * past PROXY_BUSY_MAX it is a failure like any other. */
+static void endpoint_busy(struct preq *pr, struct leg *leg, const char *error)
+{
+    if (pr->busy >= PROXY_BUSY_MAX) {
+        attempt_failed(pr, leg, CAUSE_UPSTREAM_TRANSPORT, error);
+        return;
+    }
+    pr->busy++;
+    metrics_counter_inc(pr->c->m.busy);
+    log_debug("endpoint_busy", LF_STR("request_id", pr->rid),
+              LF_INT("instance_id", leg->inst ? leg->inst->id : -1),
+              LF_STR("endpoint", leg->ep ? leg->ep->hostport : ""), LF_STR("error", error),
+              LF_INT("busy", pr->busy));
+    avoid_add(pr, leg);
+    if (!step(pr, REQ_EV_RETRY, "endpoint busy"))
+        return;
+    leg_release(pr, &pr->legs[LEG_PREFILL]);
+    leg_release(pr, &pr->legs[LEG_MAIN]);
+    int64_t delay = 0;
+    if (pr->busy > PROXY_BUSY_AT_ONCE) {
+        delay = MOTOR_MAX(pr->set->retry_delay_ms, (int64_t)1);
+        for (int i = PROXY_BUSY_AT_ONCE + 1; i < pr->busy && delay < PROXY_BUSY_DELAY_MAX_MS; i++)
+            delay *= 2;
+        delay = MOTOR_MIN(delay, (int64_t)PROXY_BUSY_DELAY_MAX_MS);
+    }
     reactor_timer_start(pr->w->r, &pr->t_backoff, delay, 0);
 }
 
@@ -952,6 +989,10 @@ static void stream_failed(struct preq *pr, struct leg *leg, enum coord_cause cau
 static void main_done(struct preq *pr, struct leg *leg, const struct httpc_response *resp)
 {
     bool cut = leg->truncated || leg->too_large;
+    if (resp->no_reply && (state_of(pr) == REQ_DECODE || state_of(pr) == REQ_RESUMING)) {
+        endpoint_busy(pr, leg, resp->error_text);
+        return;
+    }
     if (resp->error && !cut) {
         if (state_of(pr) == REQ_STREAMING) {
             stream_failed(pr, leg, CAUSE_UPSTREAM_TRANSPORT, resp->error_text,
@@ -1046,6 +1087,10 @@ static void prefill_done(struct preq *pr, struct leg *leg, const struct httpc_re
             return;
         leg_verdict(pr, leg, ok ? 1 : -1);
         leg_release(pr, leg);
+        return;
+    }
+    if (resp->no_reply) {
+        endpoint_busy(pr, leg, resp->error_text);
         return;
     }
     if (resp->error && !leg->truncated) {

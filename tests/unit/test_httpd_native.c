@@ -688,6 +688,56 @@ static void test_idle_timeout_and_max_connections(void **state)
     srv_stop(&s);
 }
 
+/* evict_idle: at the limit a new client closes the connection idle longest (not one
+ * with a request in progress) instead of being refused. */
+static void run_for(struct srv *s, int64_t ms)
+{
+    int64_t end = util_mono_ms() + ms;
+    while (util_mono_ms() < end)
+        reactor_run_once(s->r, 5);
+}
+
+static void test_max_connections_evicts_oldest_idle(void **state)
+{
+    struct srv s;
+    struct httpd_config cfg = {.name = "t-evict", .max_connections = 3, .evict_idle = true};
+    srv_start(&s, &cfg);
+    struct strbuf in;
+    strbuf_init(&in, 1 << 20);
+    bool eof = false;
+    int a = cli_connect(&s);
+    cli_sends(&s, a, "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n");
+    cli_read_until(&s, a, &in, "\r\n\r\nok", 1, &eof);
+    run_for(&s, 30); /* b is idle for less time than a */
+    int b = cli_connect(&s);
+    cli_sends(&s, b, "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n");
+    cli_read_until(&s, b, &in, "\r\n\r\nok", 2, &eof);
+    /* m is mid-request (half a head): never evicted */
+    int m = cli_connect(&s);
+    cli_sends(&s, m, "GET /ok HTTP/1.1\r\n");
+    run_for(&s, 30);
+    int c = cli_connect(&s);
+    strbuf_reset(&in);
+    cli_sends(&s, c, "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n");
+    cli_read_until(&s, c, &in, "\r\n\r\nok", 1, &eof);
+    assert_false(eof); /* served */
+    strbuf_reset(&in);
+    cli_read_until(&s, a, &in, NULL, 0, &eof);
+    assert_true(eof); /* the oldest idle one made room */
+    /* b and m stay: m finishes its request */
+    cli_sends(&s, m, "Host: x\r\n\r\n");
+    strbuf_reset(&in);
+    eof = false;
+    cli_read_until(&s, m, &in, "\r\n\r\nok", 1, &eof);
+    assert_false(eof);
+    cli_close(a);
+    cli_close(b);
+    cli_close(c);
+    cli_close(m);
+    strbuf_release(&in);
+    srv_stop(&s);
+}
+
 static void dummy_cb(struct reactor *r, int fd, uint32_t events, void *arg)
 {
 }
@@ -1197,6 +1247,7 @@ int main(void)
         cmocka_unit_test(test_disconnect_while_suspended),
         cmocka_unit_test(test_stream_backpressure),
         cmocka_unit_test(test_idle_timeout_and_max_connections),
+        cmocka_unit_test(test_max_connections_evicts_oldest_idle),
         cmocka_unit_test(test_stale_watch_on_accepted_fd),
         cmocka_unit_test(test_slow_request_is_closed),
         cmocka_unit_test(test_oversized_response_header_dropped_whole),
