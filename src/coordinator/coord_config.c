@@ -90,6 +90,8 @@ static json_t *tls_dump(const struct cfgtab_row *r, const void *base)
     json_object_set_new(o, "key_file", t->key_file ? json_string(t->key_file) : json_null());
     json_object_set_new(o, "ca_file", t->ca_file ? json_string(t->ca_file) : json_null());
     json_object_set_new(o, "key_password_loaded", json_boolean(t->key_password != NULL));
+    if (r->off == offsetof(struct ccfg, infer_tls))
+        json_object_set_new(o, "engine_tls", json_boolean(t->engine_tls));
     return o;
 }
 
@@ -106,6 +108,12 @@ static const struct cfgtab_row tls_rows[] = {
     {"passwd_file", CFGTAB_CUSTOM, TOFF(key_password), .flags = CFGTAB_SECRET, .ops = &passwd_ops,
      .size = sizeof(char *), .dump = "key_password_loaded", .type_doc = "string",
      .doc = "the key's password: the file's first line"},
+    {"engine_tls", CFGTAB_BOOL, TOFF(engine_tls), .flags = CFGTAB_MOTOR | CFGTAB_RESTART,
+     .def_i = 1,
+     .doc = "`infer_tls_config` only: engines serve TLS too (as the node managers' probes "
+            "expect); the coordinator connects to them over https, verifying them with "
+            "`ca_file`, its client certificate `cert_file`/`key_file`. false: plain HTTP to "
+            "engines"},
 };
 static const struct cfgtab tls_table = CFGTAB_TABLE("tls", tls_rows, NULL);
 
@@ -319,6 +327,12 @@ static const struct cfgtab_row rows[] = {
     {"tls_config.mgmt_tls_config", CFGTAB_GROUP, OFF(mgmt_tls),
      .flags = L | CFGTAB_OBJECT | CFGTAB_IFPRESENT, .src = SRC_DEPLOY, .sub = &tls_table,
      .ops = &tls_ops, .doc = "TLS of the management port"},
+    {"tls_config.etcd_tls_config", CFGTAB_GROUP, OFF(etcd_tls),
+     .flags = CFGTAB_OBJECT | CFGTAB_IFPRESENT, .src = SRC_DEPLOY, .sub = &tls_table,
+     .ops = &tls_ops,
+     .doc = "client TLS towards etcd (master/standby): `ca_file` verifies etcd, "
+            "`cert_file`/`key_file` are the client certificate when etcd asks for one; "
+            "enabled, the default endpoint is `https://`"},
 };
 
 const struct cfgtab ccfg_cfgtab = CFGTAB_TABLE("coordinator", rows, src_names);
@@ -429,7 +443,8 @@ void ccfg_apply(struct ccfg *c, json_t *root, struct cfg_errors *e)
     if (c->n_etcd_endpoints == 0) {
         free(c->etcd_endpoints); /* the empty default list */
         c->etcd_endpoints = xcalloc(2, sizeof(char *));
-        c->etcd_endpoints[0] = xasprintf("http://%s:%d", c->etcd_host, c->etcd_port);
+        c->etcd_endpoints[0] = xasprintf("%s://%s:%d", c->etcd_tls.enable ? "https" : "http",
+                                         c->etcd_host, c->etcd_port);
         c->n_etcd_endpoints = 1;
     }
     read_key_file(c, e);

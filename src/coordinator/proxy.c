@@ -1122,9 +1122,11 @@ static void leg_start(struct preq *pr, struct leg *leg, const char *body, size_t
     char url[320], rid_hdr[96];
     size_t hl = strnlen(leg->ep->hostport, sizeof(url) - 64);
     size_t pl = strlen(api_paths[pr->api]);
-    memcpy(url, "http://", 7);
-    memcpy(url + 7, leg->ep->hostport, hl);
-    memcpy(url + 7 + hl, api_paths[pr->api], pl + 1);
+    bool tls = pr->set->engine_tls;
+    size_t sl = tls ? 8 : 7;
+    memcpy(url, tls ? "https://" : "http://", sl);
+    memcpy(url + sl, leg->ep->hostport, hl);
+    memcpy(url + sl + hl, api_paths[pr->api], pl + 1);
     const char *rid = up_rid(pr);
     size_t rl = strnlen(rid, sizeof(pr->up_rid));
     memcpy(rid_hdr, "X-Request-Id: ", 14);
@@ -1145,6 +1147,7 @@ static void leg_start(struct preq *pr, struct leg *leg, const char *body, size_t
         .max_response = PROXY_RESP_MAX,
         .on_status = leg_on_status,
         .on_chunk = leg_on_chunk,
+        .tls = tls ? &pr->set->engine_tls_opts : NULL,
     };
     log_debug("upstream_leg", LF_STR("request_id", pr->rid), LF_STR("url", url),
               LF_INT("instance_id", leg->inst->id), LF_BOOL("stream", stream));

@@ -369,6 +369,9 @@ static const struct cfgtab_row tls_rows[] = {
     {"crl_file", CFGTAB_STRING, TOFF(crl_file), .def_s = "",
      .doc = "PEM CRLs of the CA: a revoked client certificate fails the handshake (needs "
             "ca_file)"},
+    {"engine_tls", CFGTAB_BOOL, TOFF(engine_tls), .flags = CFGTAB_MOTOR, .def_i = 1,
+     .doc = "`infer_tls_config` only: the engines serve TLS (probes over https); false = "
+            "the engines are plain HTTP behind a TLS coordinator"},
 };
 static const struct cfgtab tls_table = CFGTAB_TABLE("tls", tls_rows, NULL);
 

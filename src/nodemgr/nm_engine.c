@@ -907,7 +907,7 @@ static void probe_send(struct nm_endpoint *e)
 {
     struct nodemgr *nm = e->nm;
     const struct nm_tls *t = &nm->cfg->infer_tls;
-    bool tls = t->enable_tls;
+    bool tls = t->enable_tls && t->engine_tls;
     bool v6 = strchr(e->ep.ip, ':') != NULL;
     char *url = xasprintf("%s://%s%s%s:%d/health", tls ? "https" : "http", v6 ? "[" : "", e->ep.ip,
                           v6 ? "]" : "", wire_endpoint_port(&e->ep));

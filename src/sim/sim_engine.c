@@ -1065,8 +1065,13 @@ int sim_engine_start(struct sim *s)
         .max_body = (size_t)1 << 20,
         .quiet_paths = quiet,
         /* vLLM (uvicorn) has no connection limit unless asked for one */
-        .max_connections = s->args.max_connections > 0 ? (unsigned)s->args.max_connections
-                                                       : (unsigned)(1u << 30),
+        .max_connections =
+            s->args.max_connections > 0 ? (unsigned)s->args.max_connections : (unsigned)(1u << 30),
+        /* --ssl-*: the same transport as every Motor listener (conn.h); libssl is loaded
+         * only when they are given. */
+        .tls_cert_file = s->args.ssl_certfile,
+        .tls_key_file = s->args.ssl_keyfile,
+        .tls_ca_file = s->args.ssl_cert_reqs > 0 ? s->args.ssl_ca_certs : NULL,
     };
     s->httpd = httpd_new(s->r, &cfg);
     if (!s->httpd) {
