@@ -369,7 +369,7 @@ static const struct cfgtab_row tls_rows[] = {
     {"crl_file", CFGTAB_STRING, TOFF(crl_file), .def_s = "",
      .doc = "PEM CRLs of the CA: a revoked client certificate fails the handshake (needs "
             "ca_file)"},
-    {"engine_tls", CFGTAB_BOOL, TOFF(engine_tls), .flags = CFGTAB_MOTOR, .def_i = 1,
+    {"engine_tls", CFGTAB_BOOL, TOFF(engine_tls), .flags = CFGTAB_MOTOR | CFGTAB_NODUMP, .def_i = 1,
      .doc = "`infer_tls_config` only: the engines serve TLS (probes over https); false = "
             "the engines are plain HTTP behind a TLS coordinator"},
 };

@@ -808,12 +808,19 @@ static void gen_fetch(struct sim_gen *g)
     struct sim *s = g->s;
     const char *h = g->r.remote_host;
     bool v6 = strchr(h, ':') && h[0] != '[';
-    char *url = xasprintf("http://%s%s%s:%d/sim/kv/%lld", v6 ? "[" : "", h, v6 ? "]" : "",
-                          g->r.remote_port, (long long)g->r.remote_block_ids[0]);
+    /* A TLS engine pulls from its peers over TLS too (they share the deployment's
+     * certificates: ours is the client certificate, --ssl-ca-certs verifies theirs). */
+    bool tls = s->args.ssl_certfile != NULL;
+    struct httpc_tls t = {.ca_file = s->args.ssl_ca_certs,
+                          .cert_file = s->args.ssl_certfile,
+                          .key_file = s->args.ssl_keyfile};
+    char *url = xasprintf("%s://%s%s%s:%d/sim/kv/%lld", tls ? "https" : "http", v6 ? "[" : "", h,
+                          v6 ? "]" : "", g->r.remote_port, (long long)g->r.remote_block_ids[0]);
     struct httpc_opts o = {
         .url = url,
         .timeout_ms = SIM_KV_FETCH_TIMEOUT_MS,
         .max_response = SIM_KV_FETCH_MAX_RESPONSE,
+        .tls = tls ? &t : NULL,
     };
     g->state = GEN_FETCHING;
     gen_list_push(&s->fetching, g);
