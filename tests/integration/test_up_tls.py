@@ -9,7 +9,8 @@ the throwaway CA and certificates motor up makes in its state directory (issue 1
 * Chat completions through the coordinator over https (PD hand-off: coordinator ->
   prefill and decode engines over TLS, decode pulling KV from prefill over TLS),
   non-streamed and streamed, the same text.
-* `motor status --state-dir` reads the fleet over https and says healthy.
+* `motor status --state-dir` and `motor status -c <effective config>` read the fleet over
+  https and say healthy; one that does not trust the fleet's CA is refused.
 * A SIGKILLed decode engine is relaunched (node manager -> controller -> node manager over
   TLS, probes over TLS), and the fleet serves again.
 * SIGTERM stops everything, exit 0.
@@ -135,6 +136,11 @@ def test_local_fleet_all_tls(procs, tmpdir_path):
     assert model["coordinator"]["url"].startswith("https://")
     assert sorted(i["role"] for i in model["instances"]) == ["decode", "prefill"]
     assert all(p["healthy"] for p in model["pools"]) and len(model["pools"]) == 2
+    # ... and from the effective user_config.json: https:// and the files of its TLS blocks
+    r = subprocess.run([motorlib.motor_bin(), "status", "-c", info["effective_config"], "--json"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr)
+    assert json.loads(r.stdout)["healthy"]
     # ... and a client without the fleet's CA is refused (verification on by default)
     r = subprocess.run([motorlib.motor_bin(), "status", "--controller", info["controller_url"],
                         "--coordinator", "none", "--ca-file", "/etc/ssl/certs/ca-certificates.crt",
