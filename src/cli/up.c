@@ -1235,7 +1235,7 @@ int up_main(int argc, char **argv)
     clean_state(&u, a.keep);
     if (u.tls_dir) {
         char terr[512];
-        if (up_tls_make(u.tls_dir, terr, sizeof(terr)) < 0) {
+        if (up_tls_make(u.tls_dir, a.keep, terr, sizeof(terr)) < 0) {
             fprintf(stderr, "motor up: --tls: %s\n", terr);
             goto out;
         }

@@ -45,8 +45,26 @@ static const char script[] =
     "sign " UP_TLS_CLIENT " \"$cli\"\n"
     "rm -f ca.srl\n";
 
-int up_tls_make(const char *dir, char *err, size_t cap)
+static bool complete(const char *dir)
 {
+    static const char *const names[] = {UP_TLS_MGMT, UP_TLS_INFER, UP_TLS_ENGINE, UP_TLS_CLIENT};
+    char p[4096];
+    snprintf(p, sizeof(p), "%s/%s", dir, UP_TLS_CA);
+    if (access(p, R_OK) != 0)
+        return false;
+    for (size_t i = 0; i < ARRAY_LEN(names); i++)
+        for (int k = 0; k < 2; k++) {
+            snprintf(p, sizeof(p), "%s/%s.%s", dir, names[i], k ? "key" : "crt");
+            if (access(p, R_OK) != 0)
+                return false;
+        }
+    return true;
+}
+
+int up_tls_make(const char *dir, bool keep, char *err, size_t cap)
+{
+    if (keep && complete(dir))
+        return 0;
     if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
         int e = errno;
         snprintf(err, cap, "cannot create %s: %s", dir, strerror(e));

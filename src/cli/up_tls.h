@@ -22,6 +22,7 @@
 #ifndef MOTOR_UP_TLS_H
 #define MOTOR_UP_TLS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #define UP_TLS_CA "ca.crt"
@@ -30,8 +31,9 @@
 #define UP_TLS_ENGINE "engine"
 #define UP_TLS_CLIENT "client"
 
-/* Make the PKI in dir (created). 0, or -errno with a one-line reason in err (openssl's
- * own messages are in dir/openssl.log). */
-int up_tls_make(const char *dir, char *err, size_t cap);
+/* Make the PKI in dir (created). With keep, a complete set already there is kept (motor
+ * up --keep-state: clients that trust the CA go on trusting it). 0, or -errno with a
+ * one-line reason in err (openssl's own messages are in dir/openssl.log). */
+int up_tls_make(const char *dir, bool keep, char *err, size_t cap);
 
 #endif

@@ -99,23 +99,30 @@ static const struct cfgtab_ops tls_ops = {.dump = tls_dump};
 
 #define TOFF(f) offsetof(struct ccfg_tls, f)
 
-static const struct cfgtab_row tls_rows[] = {
-    {"enable_tls", CFGTAB_BOOL, TOFF(enable), .flags = CFGTAB_RESTART, .doc = "turns it on"},
-    {"cert_file", CFGTAB_STRING, TOFF(cert_file), .doc = "required with TLS"},
-    {"key_file", CFGTAB_STRING, TOFF(key_file), .doc = "required with TLS"},
-    {"ca_file", CFGTAB_STRING, TOFF(ca_file), .check = skip_empty,
-     .doc = "requires client certificates (mutual TLS)"},
-    {"passwd_file", CFGTAB_CUSTOM, TOFF(key_password), .flags = CFGTAB_SECRET, .ops = &passwd_ops,
-     .size = sizeof(char *), .dump = "key_password_loaded", .type_doc = "string",
-     .doc = "the key's password: the file's first line"},
+/* The keys every TLS block has. */
+#define TLS_ROWS                                                                                   \
+    {"enable_tls", CFGTAB_BOOL, TOFF(enable), .flags = CFGTAB_RESTART, .doc = "turns it on"},     \
+        {"cert_file", CFGTAB_STRING, TOFF(cert_file), .doc = "required with TLS"},                 \
+        {"key_file", CFGTAB_STRING, TOFF(key_file), .doc = "required with TLS"},                   \
+        {"ca_file", CFGTAB_STRING, TOFF(ca_file), .check = skip_empty,                             \
+         .doc = "requires client certificates (mutual TLS)"},                                      \
+        {"passwd_file", CFGTAB_CUSTOM, TOFF(key_password), .flags = CFGTAB_SECRET,                 \
+         .ops = &passwd_ops, .size = sizeof(char *), .dump = "key_password_loaded",               \
+         .type_doc = "string", .doc = "the key's password: the file's first line"}
+
+static const struct cfgtab_row tls_rows[] = {TLS_ROWS};
+static const struct cfgtab tls_table = CFGTAB_TABLE("tls", tls_rows, NULL);
+
+/* infer_tls_config: also the coordinator's client side towards the engines. */
+static const struct cfgtab_row infer_tls_rows[] = {
+    TLS_ROWS,
     {"engine_tls", CFGTAB_BOOL, TOFF(engine_tls), .flags = CFGTAB_MOTOR | CFGTAB_RESTART,
      .def_i = 1,
-     .doc = "`infer_tls_config` only: engines serve TLS too (as the node managers' probes "
-            "expect); the coordinator connects to them over https, verifying them with "
-            "`ca_file`, its client certificate `cert_file`/`key_file`. false: plain HTTP to "
-            "engines"},
+     .doc = "engines serve TLS too (as the node managers' probes expect): the coordinator "
+            "connects to them over https, verifying them with `ca_file`, presenting "
+            "`cert_file`/`key_file`; false: plain HTTP to the engines"},
 };
-static const struct cfgtab tls_table = CFGTAB_TABLE("tls", tls_rows, NULL);
+static const struct cfgtab infer_tls_table = CFGTAB_TABLE("infer_tls", infer_tls_rows, NULL);
 
 static const char *http_url(const char **s, char *buf, size_t cap)
 {
@@ -322,7 +329,7 @@ static const struct cfgtab_row rows[] = {
      .dump = "motor_controller_config.api_config.controller_api_port",
      .doc = "with `controller_api_dns`"},
     {"tls_config.infer_tls_config", CFGTAB_GROUP, OFF(infer_tls),
-     .flags = L | CFGTAB_OBJECT | CFGTAB_IFPRESENT, .src = SRC_DEPLOY, .sub = &tls_table,
+     .flags = L | CFGTAB_OBJECT | CFGTAB_IFPRESENT, .src = SRC_DEPLOY, .sub = &infer_tls_table,
      .ops = &tls_ops, .doc = "TLS of the inference port"},
     {"tls_config.mgmt_tls_config", CFGTAB_GROUP, OFF(mgmt_tls),
      .flags = L | CFGTAB_OBJECT | CFGTAB_IFPRESENT, .src = SRC_DEPLOY, .sub = &tls_table,
