@@ -1858,7 +1858,8 @@ static void tokenize(struct preq *pr)
         return;
     }
     char url[320];
-    snprintf(url, sizeof(url), "http://%s/tokenize", ep->hostport);
+    bool tls = pr->set->engine_tls;
+    snprintf(url, sizeof(url), "%s://%s/tokenize", tls ? "https" : "http", ep->hostport);
     char *body = json_dumps(b, JSON_COMPACT);
     json_decref(b);
     struct httpc_opts o = {.method = "POST",
@@ -1868,7 +1869,8 @@ static void tokenize(struct preq *pr)
                            .content_type = "application/json",
                            .timeout_ms = pr->set->tokenize_timeout_ms,
                            .connect_timeout_ms = pr->set->tokenize_timeout_ms,
-                           .max_response = 32u << 20};
+                           .max_response = 32u << 20,
+                           .tls = tls ? &pr->set->engine_tls_opts : NULL};
     pr->tok_h = httpc_request(pr->w->httpc, &o, on_tokenized, pr);
     free(body);
 }
