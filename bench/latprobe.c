@@ -9,7 +9,13 @@
  * the machine does during the run is spread evenly over all targets.
  *
  * usage: motor-latprobe [--requests N] [--batch B] [--warmup W] [--path P]
- *                       [--body-file F] NAME=PORT [NAME=PORT ...]
+ *                       [--body-file F] [--ca-file F] [--cert-file F --key-file F]
+ *                       NAME=PORT | NAME=tls:PORT ...
+ * A tls: target is spoken to over TLS (OpenSSL, linked: this is a bench tool, not a
+ * daemon): the server verified against --ca-file (its IP address 127.0.0.1 checked), the
+ * client certificate presented when given. The handshake happens at connect (warm-up),
+ * so the timed requests measure the TLS records on a kept-alive connection, as a client
+ * of a gateway sees them.
  * Targets are on 127.0.0.1. The first target is the reference ("direct"): for every other
  * target the output gives the added latency (its percentile minus the reference's) and
  * the median over batches of (batch median minus the reference's batch median of the
@@ -34,6 +40,9 @@
 #include <time.h>
 #include <unistd.h>
 #include <arpa/inet.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 
 #define PROBE_MAX_TARGETS 8
 #define PROBE_RESP_MAX (1 << 20)
@@ -46,7 +55,11 @@ struct target {
     size_t n;
     double *batch_median_us; /* one per round */
     unsigned reconnects;
+    bool tls;
+    SSL *ssl; /* with tls, on fd */
 };
+
+static SSL_CTX *tls_ctx; /* one for every tls: target */
 
 struct probe {
     struct target t[PROBE_MAX_TARGETS];
@@ -64,10 +77,20 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static int target_connect(struct target *t)
+static void target_close(struct target *t)
 {
+    if (t->ssl) {
+        SSL_free(t->ssl);
+        t->ssl = NULL;
+    }
     if (t->fd >= 0)
         close(t->fd);
+    t->fd = -1;
+}
+
+static int target_connect(struct target *t)
+{
+    target_close(t);
     t->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (t->fd < 0)
         return -errno;
@@ -77,7 +100,34 @@ static int target_connect(struct target *t)
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (connect(t->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
         return -errno;
+    if (t->tls) {
+        t->ssl = SSL_new(tls_ctx);
+        SSL_set_fd(t->ssl, t->fd);
+        X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(t->ssl), "127.0.0.1");
+        if (SSL_connect(t->ssl) != 1) {
+            char e[256];
+            ERR_error_string_n(ERR_get_error(), e, sizeof(e));
+            fprintf(stderr, "%s: TLS handshake failed: %s\n", t->name, e);
+            return -EPROTO;
+        }
+    }
     return 0;
+}
+
+static ssize_t t_send(struct target *t, const void *b, size_t n)
+{
+    if (!t->ssl)
+        return send(t->fd, b, n, MSG_NOSIGNAL);
+    size_t w = 0;
+    return SSL_write_ex(t->ssl, b, n, &w) == 1 ? (ssize_t)w : -1;
+}
+
+static ssize_t t_recv(struct target *t, void *b, size_t n)
+{
+    if (!t->ssl)
+        return recv(t->fd, b, n, 0);
+    size_t r = 0;
+    return SSL_read_ex(t->ssl, b, n, &r) == 1 ? (ssize_t)r : -1;
 }
 
 /* Value of header `name` in the header block [b, end), or NULL. */
@@ -160,16 +210,15 @@ static uint64_t exchange(struct probe *p, struct target *t)
         if (t->fd < 0 && target_connect(t) < 0)
             return 0;
         uint64_t start = now_ns();
-        ssize_t w = send(t->fd, p->request, p->request_len, MSG_NOSIGNAL);
+        ssize_t w = t_send(t, p->request, p->request_len);
         if (w != (ssize_t)p->request_len) {
-            close(t->fd);
-            t->fd = -1;
+            target_close(t);
             t->reconnects++;
             continue;
         }
         size_t have = 0;
         for (;;) {
-            ssize_t r = recv(t->fd, p->resp + have, PROBE_RESP_MAX - have, 0);
+            ssize_t r = t_recv(t, p->resp + have, PROBE_RESP_MAX - have);
             if (r <= 0) {
                 if (have == 0 && attempt == 0) /* a stale keep-alive: retry once */
                     break;
@@ -191,15 +240,13 @@ static uint64_t exchange(struct probe *p, struct target *t)
                     return 0;
                 }
                 if (closes || (size_t)len != have) {
-                    close(t->fd);
-                    t->fd = -1;
+                    target_close(t);
                     t->reconnects++;
                 }
                 return took ? took : 1;
             }
         }
-        close(t->fd);
-        t->fd = -1;
+        target_close(t);
         t->reconnects++;
     }
     return 0;
@@ -252,7 +299,8 @@ static char *util_read_file(const char *path, size_t *len)
 static void usage(void)
 {
     fprintf(stderr, "usage: motor-latprobe [--requests N] [--batch B] [--warmup W] [--path P] "
-                    "[--body-file F] NAME=PORT [NAME=PORT ...]\n");
+                    "[--body-file F] [--ca-file F] [--cert-file F --key-file F] "
+                    "NAME=[tls:]PORT ...\n");
 }
 
 static long parse_count(const char *s, const char *what)
@@ -271,11 +319,15 @@ int main(int argc, char **argv)
 {
     struct probe p = {.requests = 20000, .batch = 50, .warmup = 500};
     const char *path = "/v1/completions", *body_file = NULL;
+    const char *ca = NULL, *cert = NULL, *key = NULL;
     static const struct option opts[] = {{"requests", required_argument, NULL, 'n'},
                                          {"batch", required_argument, NULL, 'b'},
                                          {"warmup", required_argument, NULL, 'w'},
                                          {"path", required_argument, NULL, 'p'},
                                          {"body-file", required_argument, NULL, 'f'},
+                                         {"ca-file", required_argument, NULL, 'A'},
+                                         {"cert-file", required_argument, NULL, 'C'},
+                                         {"key-file", required_argument, NULL, 'K'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     int c;
@@ -296,6 +348,15 @@ int main(int argc, char **argv)
         case 'f':
             body_file = optarg;
             break;
+        case 'A':
+            ca = optarg;
+            break;
+        case 'C':
+            cert = optarg;
+            break;
+        case 'K':
+            key = optarg;
+            break;
         default:
             usage();
             return c == 'h' ? 0 : 2;
@@ -310,8 +371,20 @@ int main(int argc, char **argv)
         *eq = '\0';
         struct target *t = &p.t[p.ntargets++];
         t->name = argv[i];
-        t->port = (int)parse_count(eq + 1, "port");
+        t->tls = strncmp(eq + 1, "tls:", 4) == 0;
+        t->port = (int)parse_count(eq + 1 + (t->tls ? 4 : 0), "port");
         t->fd = -1;
+        if (t->tls && !tls_ctx) {
+            tls_ctx = SSL_CTX_new(TLS_client_method());
+            SSL_CTX_set_min_proto_version(tls_ctx, TLS1_2_VERSION);
+            SSL_CTX_set_verify(tls_ctx, SSL_VERIFY_PEER, NULL);
+            if ((ca && SSL_CTX_load_verify_locations(tls_ctx, ca, NULL) != 1) ||
+                (cert && SSL_CTX_use_certificate_chain_file(tls_ctx, cert) != 1) ||
+                (key && SSL_CTX_use_PrivateKey_file(tls_ctx, key, SSL_FILETYPE_PEM) != 1)) {
+                fprintf(stderr, "motor-latprobe: cannot load the TLS files\n");
+                return 2;
+            }
+        }
     }
     if (p.ntargets == 0) {
         usage();
@@ -392,8 +465,7 @@ int main(int argc, char **argv)
     }
     printf("]}\n");
     for (size_t i = 0; i < p.ntargets; i++) {
-        if (p.t[i].fd >= 0)
-            close(p.t[i].fd);
+        target_close(&p.t[i]);
         free(p.t[i].samples_ns);
         free(p.t[i].batch_median_us);
     }
@@ -401,5 +473,6 @@ int main(int argc, char **argv)
     free(batch);
     free(p.request);
     free(p.resp);
+    SSL_CTX_free(tls_ctx);
     return 0;
 }

@@ -67,8 +67,9 @@ def main() -> int:
     rows: list[report.Row] = []
     timings = {}
     for name in ROWS:
+        from lib.row_plugins import PREFIXES
         if not ctx.want(name) and not (name == "plugins" and any(
-                r.startswith(("nm_", "ctl_", "pool_")) for r in ctx.rows)):
+                r.startswith(PREFIXES) for r in ctx.rows)):
             continue
         mod = __import__(f"lib.row_{name}", fromlist=["run"])
         t = time.monotonic()

@@ -155,6 +155,9 @@ struct reg_opts {
     double timeout_s;
     bool health_check;
     bool dry_run;
+    /* https:// coordinator (and engines with engine_tls): CA and client certificate */
+    struct httpc_tls tls;
+    bool engine_tls; /* --engine-tls: the engines' /v1/models over https, same files */
     struct reg_group {
         const char *role;
         const char *spec;
@@ -190,8 +193,9 @@ static void http_done(const struct httpc_response *r, void *arg)
 }
 
 /* One request. 0 with *status set, or -EIO with a message on stderr-worthy err. */
-static int http_do(const struct reg_opts *o, const char *method, const char *url, const char *body,
-                   long timeout_ms, long *status, struct strbuf *resp, char *err, size_t cap)
+static int http_do(const struct reg_opts *o, const struct httpc_tls *tls, const char *method,
+                   const char *url, const char *body, long timeout_ms, long *status,
+                   struct strbuf *resp, char *err, size_t cap)
 {
     strbuf_reset(resp);
     struct reactor *r = reactor_new();
@@ -218,6 +222,7 @@ static int http_do(const struct reg_opts *o, const char *method, const char *url
         .timeout_ms = timeout_ms,
         .connect_timeout_ms = MOTOR_MIN(timeout_ms, 3000L),
         .max_response = REG_RESP_MAX,
+        .tls = tls,
     };
     httpc_request(c, &ho, http_done, &w);
     while (!w.done)
@@ -259,22 +264,25 @@ static char *mgmt_url(const struct reg_opts *o, const char *path)
     return xasprintf("%s%.*s:%d%s", scheme, (int)n, o->coordinator, o->mgmt_port, path);
 }
 
-static char *engine_url(const struct register_ep *ep, const char *path)
+static char *engine_url(const struct reg_opts *o, const struct register_ep *ep, const char *path)
 {
+    const char *scheme = o->engine_tls ? "https" : "http";
     if (strchr(ep->ip, ':'))
-        return xasprintf("http://[%s]:%d%s", ep->ip, ep->port, path);
-    return xasprintf("http://%s:%d%s", ep->ip, ep->port, path);
+        return xasprintf("%s://[%s]:%d%s", scheme, ep->ip, ep->port, path);
+    return xasprintf("%s://%s:%d%s", scheme, ep->ip, ep->port, path);
 }
 
 /* GET an engine's /v1/models: its model ids (NULL with a reason on failure). */
-static json_t *engine_models(const struct register_ep *ep, char *err, size_t cap)
+static json_t *engine_models(const struct reg_opts *o, const struct register_ep *ep, char *err,
+                             size_t cap)
 {
-    char *url = engine_url(ep, "/v1/models");
+    char *url = engine_url(o, ep, "/v1/models");
     struct strbuf sb;
     strbuf_init(&sb, 1 << 20);
     long status = 0;
     json_t *ids = NULL;
-    if (http_do(NULL, "GET", url, NULL, REG_PROBE_TIMEOUT_MS, &status, &sb, err, cap) == 0) {
+    if (http_do(NULL, o->engine_tls ? &o->tls : NULL, "GET", url, NULL, REG_PROBE_TIMEOUT_MS,
+                &status, &sb, err, cap) == 0) {
         if (status != 200) {
             snprintf(err, cap, "GET %s answered HTTP %ld", url, status);
         } else {
@@ -431,7 +439,7 @@ static int wait_liveness(const struct reg_opts *o)
     int rc = -ETIMEDOUT;
     for (;;) {
         long status = 0;
-        if (http_do(o, "GET", url, NULL, 2000, &status, &sb, err, sizeof(err)) == 0 &&
+        if (http_do(o, &o->tls, "GET", url, NULL, 2000, &status, &sb, err, sizeof(err)) == 0 &&
             status == 200) {
             rc = 0;
             break;
@@ -456,7 +464,8 @@ static json_t *get_instances(const struct reg_opts *o)
     char err[512];
     long status = 0;
     json_t *j = NULL;
-    if (http_do(o, "GET", url, NULL, REG_REQ_TIMEOUT_MS, &status, &sb, err, sizeof(err)) < 0) {
+    if (http_do(o, &o->tls, "GET", url, NULL, REG_REQ_TIMEOUT_MS, &status, &sb, err, sizeof(err)) <
+        0) {
         fprintf(stderr, "motor register: %s\n", err);
     } else if (status != 200) {
         fprintf(stderr, "motor register: GET %s answered HTTP %ld: %.300s\n", url, status,
@@ -481,7 +490,8 @@ static void print_readiness(const struct reg_opts *o)
     strbuf_init(&sb, 1 << 16);
     char err[512];
     long status = 0;
-    if (http_do(o, "GET", url, NULL, REG_REQ_TIMEOUT_MS, &status, &sb, err, sizeof(err)) == 0)
+    if (http_do(o, &o->tls, "GET", url, NULL, REG_REQ_TIMEOUT_MS, &status, &sb, err, sizeof(err)) ==
+        0)
         printf("readiness: HTTP %ld %s\n", status, strbuf_str(&sb));
     strbuf_release(&sb);
     free(url);
@@ -496,7 +506,8 @@ static int post_refresh(const struct reg_opts *o, json_t *body)
     char err[512];
     long status = 0;
     int rc = 0;
-    if (http_do(o, "POST", url, text, REG_REQ_TIMEOUT_MS, &status, &sb, err, sizeof(err)) < 0) {
+    if (http_do(o, &o->tls, "POST", url, text, REG_REQ_TIMEOUT_MS, &status, &sb, err, sizeof(err)) <
+        0) {
         fprintf(stderr, "motor register: %s\n", err);
         rc = -EIO;
     } else if (status != 200) {
@@ -636,7 +647,7 @@ static int resolve_model(struct reg_opts *o, char **owned)
     for (size_t g = 0; g < o->n_groups; g++) {
         for (size_t i = 0; i < o->groups[g].n; i++) {
             char e[512];
-            json_t *ids = engine_models(&o->groups[g].eps[i], e, sizeof(e));
+            json_t *ids = engine_models(o, &o->groups[g].eps[i], e, sizeof(e));
             if (!ids) {
                 snprintf(err, sizeof(err), "%s", e);
                 continue;
@@ -666,7 +677,7 @@ static int health_check(const struct reg_opts *o)
         for (size_t i = 0; i < o->groups[g].n; i++) {
             const struct register_ep *ep = &o->groups[g].eps[i];
             char err[512];
-            json_t *ids = engine_models(ep, err, sizeof(err));
+            json_t *ids = engine_models(o, ep, err, sizeof(err));
             if (!ids) {
                 fprintf(stderr, "motor register: health check failed: %s\n", err);
                 bad++;
@@ -800,6 +811,9 @@ static void usage(FILE *out)
             "  --coordinator URL      base URL without port (default http://127.0.0.1)\n"
             "  --mgmt-port N          management port (default 1026)\n"
             "  --mgmt-api-key-file F  file holding X-Motor-Management-Key\n"
+            "  --ca-file F            https:// coordinator: verify it against this CA (PEM)\n"
+            "  --cert-file F --key-file F  client certificate (mutual TLS)\n"
+            "  --engine-tls           the engines serve https: probe them with the same files\n"
             "  --model-name NAME      default: the engines' /v1/models\n"
             "  --engine-type TYPE     vllm (default) or sglang\n"
             "  --timeout S            wait for the coordinator this long (default 60)\n"
@@ -831,6 +845,10 @@ int register_main(int argc, char **argv)
         {"engine-type", required_argument, NULL, 'e'},
         {"timeout", required_argument, NULL, 't'},
         {"no-health-check", no_argument, NULL, 'H'},
+        {"ca-file", required_argument, NULL, 'A'},
+        {"cert-file", required_argument, NULL, 'C'},
+        {"key-file", required_argument, NULL, 'K'},
+        {"engine-tls", no_argument, NULL, 'T'},
         {"dry-run", no_argument, NULL, 'd'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -902,6 +920,18 @@ int register_main(int argc, char **argv)
             break;
         case 'H':
             o.health_check = false;
+            break;
+        case 'A':
+            o.tls.ca_file = optarg;
+            break;
+        case 'C':
+            o.tls.cert_file = optarg;
+            break;
+        case 'K':
+            o.tls.key_file = optarg;
+            break;
+        case 'T':
+            o.engine_tls = true;
             break;
         case 'd':
             o.dry_run = true;

@@ -276,6 +276,7 @@ struct status_fetch *status_fetch_start(struct httpc *hc, const struct status_ta
             .timeout_ms = timeout_ms,
             .max_response = todo[i].cap,
             .headers = headers,
+            .tls = t->tls,
         };
         f->slot[todo[i].which] = (struct fetch_slot){f, todo[i].which};
         f->req[todo[i].which] = httpc_request(hc, &o, fetch_done, &f->slot[todo[i].which]);
@@ -825,6 +826,9 @@ static void usage(FILE *out)
                  "  --state-dir DIR         take them from a running `motor up` (default\n"
                  "                          ./.motor-up when it exists)\n"
                  "  --mgmt-api-key-file F   coordinator management key (X-Motor-Management-Key)\n"
+                 "  --ca-file F             https:// targets: verify them against this CA (PEM;\n"
+                 "                          default: the system's trusted CAs)\n"
+                 "  --cert-file F --key-file F  client certificate for mutual TLS\n"
                  "  --timeout SECONDS       per request (default 3)\n"
                  "  --json                  the model as JSON instead of tables\n"
                  "  -h, --help              this text\n\n"
@@ -844,8 +848,38 @@ static void on_docs(const struct status_docs *d, void *arg)
     reactor_stop(run->r);
 }
 
-/* Addresses from a user_config.json: "http://<dns>:<port>". */
-static int targets_from_config(const char *path, char **ctl, char **coord)
+/* TLS files named by a user_config.json or an up.json (heap copies; NULL when absent). */
+struct status_tls_files {
+    char *ca, *cert, *key;
+};
+
+static void tls_files_release(struct status_tls_files *f)
+{
+    free(f->ca);
+    free(f->cert);
+    free(f->key);
+    memset(f, 0, sizeof(*f));
+}
+
+static char *dup_nonempty(const char *s)
+{
+    return s && *s ? xstrdup(s) : NULL;
+}
+
+/* A mgmt_tls_config block (enable_tls true) into files. */
+static void tls_files_from_block(const json_t *b, struct status_tls_files *f)
+{
+    tls_files_release(f);
+    f->ca = dup_nonempty(json_string_value(json_object_get(b, "ca_file")));
+    f->cert = dup_nonempty(json_string_value(json_object_get(b, "cert_file")));
+    f->key = dup_nonempty(json_string_value(json_object_get(b, "key_file")));
+}
+
+/* Addresses from a user_config.json: "http://<dns>:<port>", https:// when the
+ * controller's mgmt_tls_config (or the deploy block's, which wins as in the daemons) is
+ * enabled; the coordinator's management port follows the deploy block's. */
+static int targets_from_config(const char *path, char **ctl, char **coord,
+                               struct status_tls_files *tf)
 {
     struct cfg_errors e;
     cfg_errors_init(&e, "");
@@ -863,21 +897,31 @@ static int targets_from_config(const char *path, char **ctl, char **coord)
         root, "motor_coordinator_config.api_config.coordinator_api_dns", "127.0.0.1", &e);
     int64_t oport = cfg_get_int(
         root, "motor_coordinator_config.api_config.coordinator_api_mgmt_port", 1026, 1, 65535, &e);
+    const json_t *ctl_tls = cfg_lookup(root, "motor_controller_config.mgmt_tls_config");
+    const json_t *dep_tls = cfg_lookup(root, "motor_deploy_config.tls_config.mgmt_tls_config");
+    bool dep_on = json_is_true(json_object_get(dep_tls, "enable_tls"));
+    bool ctl_on = dep_tls && json_object_get(dep_tls, "enable_tls")
+                      ? dep_on
+                      : json_is_true(json_object_get(ctl_tls, "enable_tls"));
+    if (ctl_on || dep_on)
+        tls_files_from_block(dep_on ? dep_tls : ctl_tls, tf);
     int rc = 0;
     if (cfg_errors_count(&e)) {
         fprintf(stderr, "motor status: %s: %s", path, cfg_errors_text(&e));
         rc = -EINVAL;
     } else {
-        *ctl = xasprintf("http://%s:%lld", cdns, (long long)cport);
-        *coord = xasprintf("http://%s:%lld", odns, (long long)oport);
+        *ctl = xasprintf("%s://%s:%lld", ctl_on ? "https" : "http", cdns, (long long)cport);
+        *coord = xasprintf("%s://%s:%lld", dep_on ? "https" : "http", odns, (long long)oport);
     }
     json_decref(root);
     cfg_errors_release(&e);
     return rc;
 }
 
-/* Addresses from a motor up state directory (its up.json). 0, -ENOENT, -EINVAL. */
-static int targets_from_state(const char *dir, char **ctl, char **coord, char **key_file)
+/* Addresses from a motor up state directory (its up.json; with `motor up --tls` also
+ * its "tls" files). 0, -ENOENT, -EINVAL. */
+static int targets_from_state(const char *dir, char **ctl, char **coord, char **key_file,
+                              struct status_tls_files *tf)
 {
     char *path = xasprintf("%s/up.json", dir);
     json_error_t je;
@@ -894,6 +938,9 @@ static int targets_from_state(const char *dir, char **ctl, char **coord, char **
         *coord = xstrdup(o);
         if (k && key_file && !*key_file)
             *key_file = xstrdup(k);
+        json_t *tls = json_object_get(root, "tls");
+        if (json_is_object(tls))
+            tls_files_from_block(tls, tf);
     }
     json_decref(root);
     return rc;
@@ -914,7 +961,7 @@ static char *trim_url(const char *u)
 int status_main(int argc, char **argv)
 {
     const char *ctl_arg = NULL, *coord_arg = NULL, *config = NULL, *state_dir = NULL;
-    const char *key_arg = NULL;
+    const char *key_arg = NULL, *ca_arg = NULL, *cert_arg = NULL, *tkey_arg = NULL;
     double timeout_s = STATUS_DEFAULT_TIMEOUT_MS / 1000.0;
     bool json_out = false;
     const struct cliopt opts[] = {
@@ -923,6 +970,9 @@ int status_main(int argc, char **argv)
         {"config", 'c', CLIOPT_STRING, &config, 0, 0, NULL},
         {"state-dir", 0, CLIOPT_STRING, &state_dir, 0, 0, NULL},
         {"mgmt-api-key-file", 0, CLIOPT_STRING, &key_arg, 0, 0, NULL},
+        {"ca-file", 0, CLIOPT_STRING, &ca_arg, 0, 0, NULL},
+        {"cert-file", 0, CLIOPT_STRING, &cert_arg, 0, 0, NULL},
+        {"key-file", 0, CLIOPT_STRING, &tkey_arg, 0, 0, NULL},
         {"timeout", 0, CLIOPT_DOUBLE, &timeout_s, 0.1, 600, "a number of seconds in [0.1, 600]"},
         {"json", 0, CLIOPT_FLAG, &json_out, 0, 0, NULL},
         {NULL, 0, 0, NULL, 0, 0, NULL},
@@ -933,17 +983,18 @@ int status_main(int argc, char **argv)
     char *key_file = xstrdup(key_arg);
 
     char *ctl = NULL, *coord = NULL;
+    struct status_tls_files tf = {0};
     int rc = 0;
     if (config) {
-        rc = targets_from_config(config, &ctl, &coord);
+        rc = targets_from_config(config, &ctl, &coord, &tf);
     } else if (state_dir) {
-        rc = targets_from_state(state_dir, &ctl, &coord, &key_file);
+        rc = targets_from_state(state_dir, &ctl, &coord, &key_file, &tf);
         if (rc < 0)
             fprintf(stderr, "motor status: %s/up.json: %s\n", state_dir,
                     rc == -ENOENT ? "not found (is `motor up` running there?)"
                                   : "unreadable or incomplete");
     } else if (!ctl_arg || !coord_arg) {
-        if (targets_from_state(".motor-up", &ctl, &coord, &key_file) < 0) {
+        if (targets_from_state(".motor-up", &ctl, &coord, &key_file, &tf) < 0) {
             ctl = xstrdup("http://127.0.0.1:1026");
             coord = xstrdup("http://127.0.0.1:1026");
         }
@@ -952,8 +1003,23 @@ int status_main(int argc, char **argv)
         free(ctl);
         free(coord);
         free(key_file);
+        tls_files_release(&tf);
         return 2;
     }
+    /* The command line wins over what a file said. */
+    if (ca_arg) {
+        free(tf.ca);
+        tf.ca = xstrdup(ca_arg);
+    }
+    if (cert_arg) {
+        free(tf.cert);
+        tf.cert = xstrdup(cert_arg);
+    }
+    if (tkey_arg) {
+        free(tf.key);
+        tf.key = xstrdup(tkey_arg);
+    }
+    struct httpc_tls tls = {.ca_file = tf.ca, .cert_file = tf.cert, .key_file = tf.key};
     if (ctl_arg) {
         free(ctl);
         ctl = trim_url(ctl_arg);
@@ -970,6 +1036,7 @@ int status_main(int argc, char **argv)
             free(ctl);
             free(coord);
             free(key_file);
+            tls_files_release(&tf);
             return 2;
         }
         raw[strcspn(raw, "\r\n")] = '\0';
@@ -979,12 +1046,14 @@ int status_main(int argc, char **argv)
         fprintf(stderr, "motor status: nothing to ask (both sides are \"none\")\n");
         free(key_file);
         free(key);
+        tls_files_release(&tf);
         return 2;
     }
 
     log_set_component("status");
     log_set_level(LOG_ERROR);
-    struct status_run run = {.t = {.controller = ctl, .coordinator = coord, .mgmt_key = key}};
+    struct status_run run = {
+        .t = {.controller = ctl, .coordinator = coord, .mgmt_key = key, .tls = &tls}};
     int exit_code = 1;
     run.r = reactor_new();
     struct httpc *hc = run.r ? httpc_new(run.r) : NULL;
@@ -1019,5 +1088,6 @@ out:
     free(coord);
     free(key_file);
     free(key);
+    tls_files_release(&tf);
     return exit_code;
 }

@@ -35,6 +35,9 @@ struct status_targets {
     const char *controller;  /* base URL ("http://127.0.0.1:2026"); NULL = not asked */
     const char *coordinator; /* management base URL; NULL = not asked */
     const char *mgmt_key;    /* X-Motor-Management-Key for the coordinator; may be NULL */
+    /* https:// targets: CA and client certificate (mgmt_tls_config's files); NULL = the
+     * system's trusted CAs, no client certificate. Used while the requests start. */
+    const struct httpc_tls *tls;
 };
 
 /* The raw answers (owned by the fetch; valid during the callback). A failed request has

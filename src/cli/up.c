@@ -4,6 +4,7 @@
 #include "cli/commands.h"
 #include "cli/status.h"
 #include "cli/up_plan.h"
+#include "cli/up_tls.h"
 #include "common/cliopt.h"
 #include "common/cfg.h"
 #include "common/httpc.h"
@@ -91,6 +92,9 @@ struct up {
     char *config_path, *state_dir, *eff_path, *motor_bin, *info_path, *log_path;
     char *openai_url, *infer_url, *mgmt_url, *ctl_url;
     char *mgmt_key;
+    char *tls_dir; /* --tls: the throwaway PKI (up_tls.h); NULL without */
+    /* motor up's own client towards each listener kind (the plan's files; borrowed) */
+    struct httpc_tls ctl_tls, mgmt_tls, infer_tls;
     struct child *ch;
     size_t n_ch;
     enum up_phase phase;
@@ -241,6 +245,27 @@ static void write_info(struct up *u)
                              u->state_dir, "openai_url", u->openai_url, "coordinator_url",
                              u->infer_url, "coordinator_mgmt_url", u->mgmt_url, "controller_url",
                              u->ctl_url, "ready", u->ready, "children", kids);
+    /* For `motor status` and you: the files a client of this fleet needs. */
+    const struct httpc_tls *ct = u->plan.mgmt_tls.on  ? &u->mgmt_tls
+                                 : u->plan.ctl_tls.on ? &u->ctl_tls
+                                                      : NULL;
+    if (u->tls_dir) {
+        json_t *t = json_object();
+        json_object_set_new(info, "tls", t);
+        json_object_set_new(t, "ca_file", json_sprintf("%s/%s", u->tls_dir, UP_TLS_CA));
+        json_object_set_new(t, "cert_file", json_sprintf("%s/%s.crt", u->tls_dir, UP_TLS_CLIENT));
+        json_object_set_new(t, "key_file", json_sprintf("%s/%s.key", u->tls_dir, UP_TLS_CLIENT));
+    } else if (ct || u->plan.infer_tls.on) {
+        json_t *t = json_object();
+        const struct httpc_tls *src = ct ? ct : &u->infer_tls;
+        if (src->ca_file)
+            json_object_set_new(t, "ca_file", json_string(src->ca_file));
+        if (src->cert_file)
+            json_object_set_new(t, "cert_file", json_string(src->cert_file));
+        if (src->key_file)
+            json_object_set_new(t, "key_file", json_string(src->key_file));
+        json_object_set_new(info, "tls", t);
+    }
     char *s = json_dumps(info, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     if (s && util_write_file_atomic(u->info_path, s, strlen(s), 0644) < 0)
         log_warn("up_info_write_failed", LF_STR("path", u->info_path),
@@ -461,8 +486,11 @@ static void boot_tick(struct reactor *r, void *arg)
     }
     if (u->boot_child->state != CS_RUNNING)
         return; /* restarting: keep waiting within the deadline */
-    char *url = xasprintf("%s/liveness", u->boot_child->kind == K_COORD ? u->mgmt_url : u->ctl_url);
-    u->boot_req = httpc_get(u->hc, url, 1000, boot_probe_done, u);
+    bool coord = u->boot_child->kind == K_COORD;
+    char *url = xasprintf("%s/liveness", coord ? u->mgmt_url : u->ctl_url);
+    struct httpc_opts o = {
+        .url = url, .timeout_ms = 1000, .tls = coord ? &u->mgmt_tls : &u->ctl_tls};
+    u->boot_req = httpc_request(u->hc, &o, boot_probe_done, u);
     free(url);
 }
 
@@ -498,14 +526,21 @@ static void print_ready(struct up *u)
     recent(u, "fleet ready after %llds: %s", (long long)secs, u->openai_url);
     if (u->tty)
         return;
+    /* With --tls the inference port asks for a client certificate (mutual TLS). */
+    char *tls_args = u->tls_dir ? xasprintf("--cacert %s/%s --cert %s/%s.crt --key %s/%s.key \\\n"
+                                            "       ",
+                                            u->tls_dir, UP_TLS_CA, u->tls_dir, UP_TLS_CLIENT,
+                                            u->tls_dir, UP_TLS_CLIENT)
+                                : xstrdup("");
     printf(
         "\nMotor is up after %llds: %d instance(s) routable, model \"%s\".\n"
         "OpenAI base URL: %s\n\n"
-        "  curl %s/chat/completions -H 'Content-Type: application/json' \\\n"
+        "  curl %s%s/chat/completions -H 'Content-Type: application/json' \\\n"
         "       -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'\n"
         "  %s status --state-dir %s\n\n",
-        (long long)secs, u->routable, model, u->openai_url, u->openai_url, model, u->motor_bin,
-        u->state_dir);
+        (long long)secs, u->routable, model, u->openai_url, tls_args, u->openai_url, model,
+        u->motor_bin, u->state_dir);
+    free(tls_args);
     fflush(stdout);
 }
 
@@ -634,13 +669,18 @@ static void poll_tick(struct reactor *r, void *arg)
     if (u->phase != PH_RUNNING)
         return;
     if (!u->fetch) {
-        struct status_targets t = {
-            .controller = u->ctl_url, .coordinator = u->mgmt_url, .mgmt_key = u->mgmt_key};
+        /* One TLS setting for both sides: they differ only in a hand-made file that
+         * switches one of them alone, and then the coordinator's wins. */
+        struct status_targets t = {.controller = u->ctl_url,
+                                   .coordinator = u->mgmt_url,
+                                   .mgmt_key = u->mgmt_key,
+                                   .tls = u->plan.mgmt_tls.on ? &u->mgmt_tls : &u->ctl_tls};
         u->fetch = status_fetch_start(u->hc, &t, 2000, on_status, u);
     }
     if (!u->models_req) {
         char *url = xasprintf("%s/models", u->openai_url);
-        u->models_req = httpc_get(u->hc, url, 2000, on_models, u);
+        struct httpc_opts o = {.url = url, .timeout_ms = 2000, .tls = &u->infer_tls};
+        u->models_req = httpc_request(u->hc, &o, on_models, u);
         free(url);
     }
 }
@@ -1018,6 +1058,9 @@ static void usage(FILE *out)
             "                        (default: wait)\n"
             "  --plain               log lines instead of the live view on a terminal\n"
             "  --dry-run             print the plan (pods, ports, effective config) and exit\n"
+            "  --tls                 every listener on TLS (mutual TLS) with a throwaway local\n"
+            "                        CA and certificates made in STATE_DIR/tls (openssl CLI);\n"
+            "                        use tls/ca.crt and tls/client.{crt,key} as a client\n"
             "  --log-level LEVEL     motor up's own log level (default info)\n"
             "  -h, --help            this text\n");
 }
@@ -1025,7 +1068,7 @@ static void usage(FILE *out)
 struct up_args {
     const char *config, *state_dir, *log_level;
     int port_base;
-    bool keep, plain, dry_run;
+    bool keep, plain, dry_run, tls;
     double ready_timeout;
 };
 
@@ -1039,10 +1082,19 @@ static int parse_args(int argc, char **argv, struct up_args *a)
         {"ready-timeout", 0, CLIOPT_DOUBLE, &a->ready_timeout, 0, 86400, "seconds in [0, 86400]"},
         {"plain", 0, CLIOPT_FLAG, &a->plain, 0, 0, NULL},
         {"dry-run", 0, CLIOPT_FLAG, &a->dry_run, 0, 0, NULL},
+        {"tls", 0, CLIOPT_FLAG, &a->tls, 0, 0, NULL},
         {"log-level", 0, CLIOPT_STRING, &a->log_level, 0, 0, NULL},
         {NULL, 0, 0, NULL, 0, 0, NULL},
     };
     return cliopt_parse("motor up", argc, argv, opts, usage);
+}
+
+/* motor up's client towards a listener kind: the block's files (a daemon's certificate
+ * serves both ways, so it is also the client certificate mutual TLS asks for). */
+static void client_tls(struct httpc_tls *t, const struct up_tls_side *s)
+{
+    *t = (struct httpc_tls){
+        .ca_file = s->ca_file, .cert_file = s->cert_file, .key_file = s->key_file};
 }
 
 static char *self_exe(void)
@@ -1078,6 +1130,7 @@ static void up_release(struct up *u)
     free(u->mgmt_url);
     free(u->ctl_url);
     free(u->mgmt_key);
+    free(u->tls_dir);
     free(u->model_name);
 }
 
@@ -1119,14 +1172,18 @@ int up_main(int argc, char **argv)
     }
     u.eff_path = xasprintf("%s/user_config.json", u.state_dir);
     u.info_path = xasprintf("%s/up.json", u.state_dir);
+    if (a.tls)
+        u.tls_dir = xasprintf("%s/tls", u.state_dir);
 
     /* The plan. */
     struct cfg_errors errs;
     cfg_errors_init(&errs, "");
     json_t *user = cfg_load_file(cfg_path, &errs);
     if (user) {
-        struct up_plan_opts po = {
-            .port_base = a.port_base, .state_dir = u.state_dir, .motor_bin = u.motor_bin};
+        struct up_plan_opts po = {.port_base = a.port_base,
+                                  .state_dir = u.state_dir,
+                                  .motor_bin = u.motor_bin,
+                                  .tls_dir = u.tls_dir};
         up_plan_build(user, &po, &u.plan, &errs);
         json_decref(user);
     }
@@ -1137,10 +1194,16 @@ int up_main(int argc, char **argv)
         cfg_errors_release(&errs);
         goto out;
     }
-    u.infer_url = xasprintf("http://127.0.0.1:%d", u.plan.coord_port);
+    u.infer_url =
+        xasprintf("%s://127.0.0.1:%d", u.plan.infer_tls.on ? "https" : "http", u.plan.coord_port);
     u.openai_url = xasprintf("%s/v1", u.infer_url);
-    u.mgmt_url = xasprintf("http://127.0.0.1:%d", u.plan.coord_mgmt_port);
-    u.ctl_url = xasprintf("http://127.0.0.1:%d", u.plan.ctl_port);
+    u.mgmt_url = xasprintf("%s://127.0.0.1:%d", u.plan.mgmt_tls.on ? "https" : "http",
+                           u.plan.coord_mgmt_port);
+    u.ctl_url =
+        xasprintf("%s://127.0.0.1:%d", u.plan.ctl_tls.on ? "https" : "http", u.plan.ctl_port);
+    client_tls(&u.ctl_tls, &u.plan.ctl_tls);
+    client_tls(&u.mgmt_tls, &u.plan.mgmt_tls);
+    client_tls(&u.infer_tls, &u.plan.infer_tls);
     if (a.dry_run) {
         json_t *pj = plan_json(&u);
         char *s = json_dumps(pj, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
@@ -1170,6 +1233,13 @@ int up_main(int argc, char **argv)
     }
     cfg_errors_release(&errs);
     clean_state(&u, a.keep);
+    if (u.tls_dir) {
+        char terr[512];
+        if (up_tls_make(u.tls_dir, a.keep, terr, sizeof(terr)) < 0) {
+            fprintf(stderr, "motor up: --tls: %s\n", terr);
+            goto out;
+        }
+    }
     char *logs = xasprintf("%s/logs", u.state_dir);
     rc = mkdir_p(logs);
     free(logs);

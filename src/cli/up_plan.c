@@ -1,11 +1,13 @@
 /* up_plan — see up_plan.h. */
 #include "cli/up_plan.h"
+#include "cli/up_tls.h"
 
 #include "common/util.h"
 #include "nodemgr/nodemgr.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -559,6 +561,98 @@ static void fill_pod(struct up_pod *d, const struct nodemgr_pod_view *c)
     d->model = xstrdup(c->model_name);
 }
 
+/* ---- TLS --------------------------------------------------------------------------- */
+
+static json_t *tls_block(const char *dir, const char *name)
+{
+    char ca[PATH_MAX], crt[PATH_MAX], key[PATH_MAX];
+    snprintf(ca, sizeof(ca), "%s/%s", dir, UP_TLS_CA);
+    snprintf(crt, sizeof(crt), "%s/%s.crt", dir, name);
+    snprintf(key, sizeof(key), "%s/%s.key", dir, name);
+    return json_pack("{s:b,s:s,s:s,s:s}", "enable_tls", 1, "ca_file", ca, "cert_file", crt,
+                     "key_file", key);
+}
+
+/* --tls: every listener on TLS with the throwaway PKI in dir (see up_plan_opts). */
+static int tls_everywhere(struct up_plan *p, const struct role_info *ri, const char *dir,
+                          struct cfg_errors *e)
+{
+    json_t *deploy = child_obj(p->config, "motor_deploy_config", "motor_deploy_config", e);
+    json_t *tc =
+        deploy ? child_obj(deploy, "tls_config", "motor_deploy_config.tls_config", e) : NULL;
+    if (!tc)
+        return -EINVAL;
+    set_key(p, tc, "motor_deploy_config.tls_config", "mgmt_tls_config",
+            tls_block(dir, UP_TLS_MGMT));
+    set_key(p, tc, "motor_deploy_config.tls_config", "infer_tls_config",
+            tls_block(dir, UP_TLS_INFER));
+    /* The daemons' own blocks would be overridden by the deploy block anyway; switched
+     * off so that the file reads as what runs. */
+    static const char *const own[] = {"motor_controller_config", "motor_nodemanger_config"};
+    for (size_t i = 0; i < ARRAY_LEN(own); i++) {
+        json_t *b = json_object_get(p->config, own[i]);
+        if (json_is_object(b) && json_object_get(b, "mgmt_tls_config"))
+            set_key(p, b, own[i], "mgmt_tls_config", tls_block(dir, UP_TLS_MGMT));
+    }
+    char ca[PATH_MAX], crt[PATH_MAX], key[PATH_MAX];
+    snprintf(ca, sizeof(ca), "%s/%s", dir, UP_TLS_CA);
+    snprintf(crt, sizeof(crt), "%s/%s.crt", dir, UP_TLS_ENGINE);
+    snprintf(key, sizeof(key), "%s/%s.key", dir, UP_TLS_ENGINE);
+    for (size_t i = 0; i < ARRAY_LEN(roles); i++) {
+        if (!ri[i].present)
+            continue;
+        char path[160];
+        snprintf(path, sizeof(path), "%s.engine_config", roles[i].section);
+        json_t *engine = child_obj(ri[i].section, "engine_config", path, e);
+        if (!engine)
+            return -EINVAL;
+        /* vLLM's (uvicorn's) flags; the simulator takes the same. 2 = CERT_REQUIRED. */
+        set_key(p, engine, path, "ssl_certfile", json_string(crt));
+        set_key(p, engine, path, "ssl_keyfile", json_string(key));
+        set_key(p, engine, path, "ssl_ca_certs", json_string(ca));
+        set_key(p, engine, path, "ssl_cert_reqs", json_integer(2));
+    }
+    return 0;
+}
+
+static char *block_file(json_t *b, const char *key)
+{
+    const char *v = json_string_value(json_object_get(b, key));
+    return v && *v ? xstrdup(v) : NULL;
+}
+
+static void side_from_block(struct up_tls_side *s, json_t *b)
+{
+    s->on = true;
+    s->ca_file = block_file(b, "ca_file");
+    s->cert_file = block_file(b, "cert_file");
+    s->key_file = block_file(b, "key_file");
+}
+
+/* What motor up's own client needs: which listeners speak TLS and with which files (a
+ * daemon's mgmt_tls_config serves both ways, so its certificate is also the client's). */
+static void tls_sides(struct up_plan *p)
+{
+    json_t *dm = cfg_lookup(p->config, "motor_deploy_config.tls_config.mgmt_tls_config");
+    json_t *di = cfg_lookup(p->config, "motor_deploy_config.tls_config.infer_tls_config");
+    json_t *cm = cfg_lookup(p->config, "motor_controller_config.mgmt_tls_config");
+    if (json_is_true(json_object_get(dm, "enable_tls")))
+        side_from_block(&p->mgmt_tls, dm);
+    if (json_is_true(json_object_get(di, "enable_tls")))
+        side_from_block(&p->infer_tls, di);
+    json_t *c = json_object_get(dm, "enable_tls") ? dm : cm; /* the deploy block wins */
+    if (json_is_true(json_object_get(c, "enable_tls")))
+        side_from_block(&p->ctl_tls, c);
+}
+
+static void side_release(struct up_tls_side *s)
+{
+    free(s->ca_file);
+    free(s->cert_file);
+    free(s->key_file);
+    memset(s, 0, sizeof(*s));
+}
+
 int up_plan_build(const json_t *user, const struct up_plan_opts *o, struct up_plan *p,
                   struct cfg_errors *e)
 {
@@ -575,21 +669,6 @@ int up_plan_build(const json_t *user, const struct up_plan_opts *o, struct up_pl
         cfg_error(e, "motor_deploy_config", "must be an object");
         return -EINVAL;
     }
-
-    /* motor up and its status view speak plain HTTP to the children. */
-    static const char *const tls_keys[] = {
-        "motor_deploy_config.tls_config.mgmt_tls_config.enable_tls",
-        "motor_deploy_config.tls_config.infer_tls_config.enable_tls",
-        "motor_controller_config.mgmt_tls_config.enable_tls",
-        "motor_nodemanger_config.mgmt_tls_config.enable_tls",
-    };
-    for (size_t i = 0; i < ARRAY_LEN(tls_keys); i++)
-        if (json_is_true(cfg_lookup(p->config, tls_keys[i])))
-            cfg_error(e, tls_keys[i],
-                      "TLS is not supported by motor up (a local fleet on "
-                      "127.0.0.1); set it to false");
-    if (cfg_errors_count(e) > start_errors)
-        return -EINVAL;
 
     /* Roles present and their sizes. */
     struct role_info ri[ARRAY_LEN(roles)];
@@ -645,6 +724,9 @@ int up_plan_build(const json_t *user, const struct up_plan_opts *o, struct up_pl
 
     if (localize(p, ri, o, e) < 0)
         return -EINVAL;
+    if (o->tls_dir && tls_everywhere(p, ri, o->tls_dir, e) < 0)
+        return -EINVAL;
+    tls_sides(p);
 
     /* DP sizes (for the port layout) from the node manager's own derivation. */
     for (size_t i = 0; i < ARRAY_LEN(roles); i++) {
@@ -755,6 +837,9 @@ void up_plan_release(struct up_plan *p)
     if (!p)
         return;
     json_decref(p->config);
+    side_release(&p->ctl_tls);
+    side_release(&p->mgmt_tls);
+    side_release(&p->infer_tls);
     for (size_t i = 0; i < p->n_pods; i++) {
         struct up_pod *d = &p->pods[i];
         free(d->name);

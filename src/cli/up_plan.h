@@ -65,8 +65,17 @@ struct up_pod {
     char *model;
 };
 
+/* TLS towards one listener kind, as motor up's own client sees it. */
+struct up_tls_side {
+    bool on;
+    char *ca_file, *cert_file, *key_file; /* heap; NULL when not given */
+};
+
 struct up_plan {
     json_t *config; /* the effective configuration (owned) */
+    /* What the configuration switches to TLS (from the user's blocks, or all of it with
+     * --tls): the controller's API, the coordinator's management and inference ports. */
+    struct up_tls_side ctl_tls, mgmt_tls, infer_tls;
     const char *host;
     int coord_port, coord_mgmt_port, ctl_port;
     struct up_pod *pods;
@@ -82,6 +91,13 @@ struct up_plan_opts {
     int port_base;         /* 0 = keep the file's ports */
     const char *state_dir; /* absolute; the store and logs go there */
     const char *motor_bin; /* for engine_type "sim" */
+    /* --tls: the directory of the throwaway PKI (up_tls.h names its files); every
+     * listener of the fleet is switched to TLS with them, mutual TLS everywhere: the
+     * deploy block's mgmt_tls_config (controller, node managers, coordinator
+     * management), infer_tls_config (coordinator inference, its client towards the
+     * engines, the node managers' probes), the engines' ssl_* flags. NULL = as the
+     * file says. */
+    const char *tls_dir;
 };
 
 /* Build the plan from a parsed user_config.json (borrowed; not modified). 0, or

@@ -82,6 +82,20 @@ static const struct cfgtab_row tls_rows[] = {
      .doc = "the key's password, read when the file is readable"},
 };
 static const struct cfgtab tls_table = CFGTAB_TABLE("tls", tls_rows, NULL);
+
+/* etcd's client side: the client certificate is optional (etcd may not ask for one). */
+static const struct cfgtab_row etcd_tls_rows[] = {
+    {"enable_tls", CFGTAB_BOOL, TOFF(enable), .doc = "https towards etcd"},
+    {"ca_file", CFGTAB_STRING, TOFF(ca_file),
+     .doc = "verifies etcd's certificate (default: the system's trusted CAs)"},
+    {"cert_file", CFGTAB_STRING, TOFF(cert_file),
+     .doc = "client certificate, when etcd asks for one (`--client-cert-auth`)"},
+    {"key_file", CFGTAB_STRING, TOFF(key_file), .doc = "its key (required with `cert_file`)"},
+    {"passwd_file", CFGTAB_CUSTOM, TOFF(key_password), .flags = CFGTAB_SECRET, .ops = &passwd_ops,
+     .size = sizeof(char *), .dump = "key_password_loaded", .type_doc = "string",
+     .doc = "the key's password, read when the file is readable"},
+};
+static const struct cfgtab etcd_tls_table = CFGTAB_TABLE("etcd_tls", etcd_tls_rows, NULL);
 #define OFF(f) offsetof(struct ctlcfg, f)
 #define L CFGTAB_LIVE
 #define M CFGTAB_MOTOR
@@ -263,6 +277,8 @@ static const struct cfgtab_row rows[] = {
     {"mgmt_tls_config", CFGTAB_GROUP, OFF(tls), .flags = L | CFGTAB_OBJECT, .sub = &tls_table,
      .doc = "HTTPS on the API (a `ca_file` makes it mutual TLS) and client TLS towards node "
             "managers, the coordinator and `https://` etcd endpoints"},
+    {"etcd_tls_config", CFGTAB_GROUP, OFF(etcd_tls), .flags = CFGTAB_OBJECT, .sub = &etcd_tls_table,
+     .doc = "client TLS towards etcd; enabled, the default etcd endpoints are `https://`"},
     {"instance_config", CFGTAB_GROUP, 0, .flags = L | CFGTAB_OBJECT, .sub = SUB(instance_rows)},
     {"event_config", CFGTAB_GROUP, 0, .flags = L | CFGTAB_OBJECT, .sub = SUB(event_rows)},
     {"fault_tolerance_config", CFGTAB_GROUP, 0, .flags = L | CFGTAB_OBJECT, .sub = SUB(ft_rows)},
@@ -275,6 +291,9 @@ static const struct cfgtab_row rows[] = {
     {"tls_config.mgmt_tls_config", CFGTAB_GROUP, OFF(tls), .src = SRC_DEPLOY,
      .flags = L | CFGTAB_OBJECT | CFGTAB_OVERRIDE, .sub = &tls_table,
      .doc = "overrides `mgmt_tls_config`"},
+    {"tls_config.etcd_tls_config", CFGTAB_GROUP, OFF(etcd_tls), .src = SRC_DEPLOY,
+     .flags = CFGTAB_OBJECT | CFGTAB_OVERRIDE, .sub = &etcd_tls_table,
+     .doc = "overrides `etcd_tls_config`"},
     {"api_config", CFGTAB_GROUP, 0, .src = SRC_COORD, .flags = L | CFGTAB_OBJECT,
      .sub = SUB(coord_api_rows), .dump = "motor_coordinator_config.api_config"},
     {"mgmt_api_key_config", CFGTAB_GROUP, 0, .src = SRC_COORD, .flags = L | CFGTAB_OBJECT,
@@ -336,6 +355,36 @@ static void check_tls_files(struct ctlcfg_tls *t, const char *where, struct cfg_
         char path[128];
         snprintf(path, sizeof(path), "%s.ca_file", where);
         cfg_error(e, path, "cannot read \"%s\": %s", t->ca_file, strerror(errno));
+    }
+}
+
+/* etcd over TLS: the files must be readable, the default endpoints turn https://, and an
+ * http:// endpoint given next to an enabled block is a contradiction said aloud. */
+static void derive_etcd_tls(struct ctlcfg *c, const struct cfgtab_ctx *ctx, struct cfg_errors *e)
+{
+    struct ctlcfg_tls *t = &c->etcd_tls;
+    if (!t->enable)
+        return;
+    const char *files[] = {t->ca_file, t->cert_file, t->key_file};
+    const char *names[] = {"ca_file", "cert_file", "key_file"};
+    for (size_t i = 0; i < ARRAY_LEN(files); i++)
+        if (files[i] && *files[i] && access(files[i], R_OK) != 0)
+            cfg_error(e, names[i], "cannot read \"%s\": %s", files[i], strerror(errno));
+    bool cert = t->cert_file && *t->cert_file, key = t->key_file && *t->key_file;
+    if (cert != key)
+        cfg_error(e, cert ? "key_file" : "cert_file", "required with %s",
+                  cert ? "cert_file" : "key_file");
+    bool given = cfgtab_given(ctx, OFF(etcd_endpoints));
+    for (size_t i = 0; i < c->n_etcd_endpoints; i++) {
+        char *u = c->etcd_endpoints[i];
+        if (strncmp(u, "http://", 7) != 0)
+            continue;
+        if (given) {
+            cfg_error(e, "etcd_endpoints", "\"%s\" is http:// but etcd_tls_config is enabled", u);
+            continue;
+        }
+        c->etcd_endpoints[i] = xasprintf("https://%s", u + 7);
+        free(u);
     }
 }
 
@@ -427,6 +476,9 @@ void ctlcfg_apply(struct ctlcfg *c, json_t *root, struct cfg_errors *e)
     cfgtab_apply(&ctlcfg_cfgtab, SRC_DEPLOY, c, deploy, &ctx);
     cfg_errors_set_prefix(e, "");
     check_tls_files(&c->tls, "motor_controller_config.mgmt_tls_config", e);
+    cfg_errors_set_prefix(e, "motor_controller_config.etcd_tls_config");
+    derive_etcd_tls(c, &ctx, e);
+    cfg_errors_set_prefix(e, "");
 
     json_t *coord = block(root, "motor_coordinator_config", e);
     cfg_errors_set_prefix(e, "motor_coordinator_config");

@@ -89,6 +89,11 @@ struct ctlcfg {
     bool obs_enable;
     int obs_port;
     struct ctlcfg_tls tls;
+    /* etcd_tls_config (upstream block; motor_deploy_config.tls_config's wins): client TLS
+     * towards etcd. Enabled, the default endpoints become https://; ca_file verifies
+     * etcd, cert_file/key_file (optional) are the client certificate. Disabled,
+     * https:// endpoints use mgmt_tls_config's files (as before this block existed). */
+    struct ctlcfg_tls etcd_tls;
     /* instance_config */
     int64_t assemble_timeout_ms;
     int64_t assembler_check_ms;

@@ -101,6 +101,8 @@ struct ctl {
     struct store *store;
     struct httpc_tls tls;
     bool use_tls;
+    struct httpc_tls etcd_tls; /* etcd_tls_config when enabled (ctl_tls_settings) */
+    bool use_etcd_tls;
     char *owner;
     int port;
     bool leader;

@@ -90,7 +90,9 @@ struct store *ctl_leader_open_store(struct ctl *c)
         .timeout_ms = k->etcd_timeout_ms,
         .retry_ms = k->leader_retry_ms,
         .owner = c->owner,
-        .tls = c->use_tls ? &c->tls : NULL,
+        .tls = c->use_etcd_tls ? &c->etcd_tls
+               : c->use_tls    ? &c->tls
+                               : NULL,
     };
     char err[512] = "";
     struct store *st = store_open(c->r, &o, err, sizeof(err));

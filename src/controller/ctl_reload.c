@@ -65,6 +65,14 @@ void ctl_tls_settings(struct ctl *c)
     c->tls.cert_file = t->cert_file;
     c->tls.key_file = t->key_file;
     c->tls.key_password = t->key_password;
+    struct ctlcfg_tls *et = &c->cfg.etcd_tls;
+    c->use_etcd_tls = et->enable;
+    c->etcd_tls = (struct httpc_tls){
+        .ca_file = et->ca_file && *et->ca_file ? et->ca_file : NULL,
+        .cert_file = et->cert_file && *et->cert_file ? et->cert_file : NULL,
+        .key_file = et->key_file && *et->key_file ? et->key_file : NULL,
+        .key_password = et->key_password,
+    };
 }
 
 /* ---- the daemon loop -------------------------------------------------------------------- */

@@ -90,6 +90,8 @@ static json_t *tls_dump(const struct cfgtab_row *r, const void *base)
     json_object_set_new(o, "key_file", t->key_file ? json_string(t->key_file) : json_null());
     json_object_set_new(o, "ca_file", t->ca_file ? json_string(t->ca_file) : json_null());
     json_object_set_new(o, "key_password_loaded", json_boolean(t->key_password != NULL));
+    if (r->off == offsetof(struct ccfg, infer_tls))
+        json_object_set_new(o, "engine_tls", json_boolean(t->engine_tls));
     return o;
 }
 
@@ -97,17 +99,30 @@ static const struct cfgtab_ops tls_ops = {.dump = tls_dump};
 
 #define TOFF(f) offsetof(struct ccfg_tls, f)
 
-static const struct cfgtab_row tls_rows[] = {
-    {"enable_tls", CFGTAB_BOOL, TOFF(enable), .flags = CFGTAB_RESTART, .doc = "turns it on"},
-    {"cert_file", CFGTAB_STRING, TOFF(cert_file), .doc = "required with TLS"},
-    {"key_file", CFGTAB_STRING, TOFF(key_file), .doc = "required with TLS"},
-    {"ca_file", CFGTAB_STRING, TOFF(ca_file), .check = skip_empty,
-     .doc = "requires client certificates (mutual TLS)"},
-    {"passwd_file", CFGTAB_CUSTOM, TOFF(key_password), .flags = CFGTAB_SECRET, .ops = &passwd_ops,
-     .size = sizeof(char *), .dump = "key_password_loaded", .type_doc = "string",
-     .doc = "the key's password: the file's first line"},
-};
+/* The keys every TLS block has. */
+#define TLS_ROWS                                                                                   \
+    {"enable_tls", CFGTAB_BOOL, TOFF(enable), .flags = CFGTAB_RESTART, .doc = "turns it on"},     \
+        {"cert_file", CFGTAB_STRING, TOFF(cert_file), .doc = "required with TLS"},                 \
+        {"key_file", CFGTAB_STRING, TOFF(key_file), .doc = "required with TLS"},                   \
+        {"ca_file", CFGTAB_STRING, TOFF(ca_file), .check = skip_empty,                             \
+         .doc = "requires client certificates (mutual TLS)"},                                      \
+        {"passwd_file", CFGTAB_CUSTOM, TOFF(key_password), .flags = CFGTAB_SECRET,                 \
+         .ops = &passwd_ops, .size = sizeof(char *), .dump = "key_password_loaded",               \
+         .type_doc = "string", .doc = "the key's password: the file's first line"}
+
+static const struct cfgtab_row tls_rows[] = {TLS_ROWS};
 static const struct cfgtab tls_table = CFGTAB_TABLE("tls", tls_rows, NULL);
+
+/* infer_tls_config: also the coordinator's client side towards the engines. */
+static const struct cfgtab_row infer_tls_rows[] = {
+    TLS_ROWS,
+    {"engine_tls", CFGTAB_BOOL, TOFF(engine_tls), .flags = CFGTAB_MOTOR | CFGTAB_RESTART,
+     .def_i = 1,
+     .doc = "engines serve TLS too (as the node managers' probes expect): the coordinator "
+            "connects to them over https, verifying them with `ca_file`, presenting "
+            "`cert_file`/`key_file`; false: plain HTTP to the engines"},
+};
+static const struct cfgtab infer_tls_table = CFGTAB_TABLE("infer_tls", infer_tls_rows, NULL);
 
 static const char *http_url(const char **s, char *buf, size_t cap)
 {
@@ -321,11 +336,17 @@ static const struct cfgtab_row rows[] = {
      .dump = "motor_controller_config.api_config.controller_api_port",
      .doc = "with `controller_api_dns`"},
     {"tls_config.infer_tls_config", CFGTAB_GROUP, OFF(infer_tls),
-     .flags = L | CFGTAB_OBJECT | CFGTAB_IFPRESENT, .src = SRC_DEPLOY, .sub = &tls_table,
+     .flags = L | CFGTAB_OBJECT | CFGTAB_IFPRESENT, .src = SRC_DEPLOY, .sub = &infer_tls_table,
      .ops = &tls_ops, .doc = "TLS of the inference port"},
     {"tls_config.mgmt_tls_config", CFGTAB_GROUP, OFF(mgmt_tls),
      .flags = L | CFGTAB_OBJECT | CFGTAB_IFPRESENT, .src = SRC_DEPLOY, .sub = &tls_table,
      .ops = &tls_ops, .doc = "TLS of the management port"},
+    {"tls_config.etcd_tls_config", CFGTAB_GROUP, OFF(etcd_tls),
+     .flags = CFGTAB_OBJECT | CFGTAB_IFPRESENT, .src = SRC_DEPLOY, .sub = &tls_table,
+     .ops = &tls_ops,
+     .doc = "client TLS towards etcd (master/standby): `ca_file` verifies etcd, "
+            "`cert_file`/`key_file` are the client certificate when etcd asks for one; "
+            "enabled, the default endpoint is `https://`"},
 };
 
 const struct cfgtab ccfg_cfgtab = CFGTAB_TABLE("coordinator", rows, src_names);
@@ -436,7 +457,8 @@ void ccfg_apply(struct ccfg *c, json_t *root, struct cfg_errors *e)
     if (c->n_etcd_endpoints == 0) {
         free(c->etcd_endpoints); /* the empty default list */
         c->etcd_endpoints = xcalloc(2, sizeof(char *));
-        c->etcd_endpoints[0] = xasprintf("http://%s:%d", c->etcd_host, c->etcd_port);
+        c->etcd_endpoints[0] = xasprintf("%s://%s:%d", c->etcd_tls.enable ? "https" : "http",
+                                         c->etcd_host, c->etcd_port);
         c->n_etcd_endpoints = 1;
     }
     read_key_file(c, e);

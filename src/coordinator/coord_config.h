@@ -35,6 +35,11 @@ struct ccfg_tls {
     char *key_file;
     char *ca_file;
     char *key_password; /* read from passwd_file when set */
+    /* infer_tls_config only (Motor): engines serve TLS too, as upstream's node manager
+     * probes them with this block (reference §6.5). The coordinator then connects to
+     * them over https, verifying them against ca_file and presenting cert_file/key_file
+     * as its client certificate. false: plain HTTP to engines behind a TLS port. */
+    bool engine_tls;
 };
 
 struct ccfg {
@@ -124,6 +129,10 @@ struct ccfg {
     /* motor_controller_config.api_config: where alarms go */
     char *ctl_host;
     int ctl_port;
+    /* motor_deploy_config.tls_config.etcd_tls_config: client TLS towards etcd (ca_file
+     * verifies etcd; cert_file/key_file optional, the client certificate); enabled, the
+     * default endpoint is https://. Disabled, https:// endpoints use mgmt_tls's files. */
+    struct ccfg_tls etcd_tls;
 };
 
 /* Fill with the defaults (env POD_IP honoured). Release with ccfg_release. */

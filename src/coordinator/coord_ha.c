@@ -339,11 +339,11 @@ int coord_ha_start(struct coord *c)
     if (!c->cfg.ha_enable)
         return 0;
     struct httpc_tls tls = {0};
-    const struct ccfg_tls *m = &c->cfg.mgmt_tls;
+    const struct ccfg_tls *m = c->cfg.etcd_tls.enable ? &c->cfg.etcd_tls : &c->cfg.mgmt_tls;
     if (m->enable) {
         tls.ca_file = m->ca_file;
-        tls.cert_file = m->cert_file;
-        tls.key_file = m->key_file;
+        tls.cert_file = m->cert_file && *m->cert_file ? m->cert_file : NULL;
+        tls.key_file = m->key_file && *m->key_file ? m->key_file : NULL;
         tls.key_password = m->key_password;
     }
     struct etcd_opts eo = {

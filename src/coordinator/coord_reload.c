@@ -99,6 +99,9 @@ static void tls_job_run(void *arg)
         if (httpd_tls_reload(j->w->httpd, &hc) == 0)
             log_info("tls_reloaded", LF_STR("server", "coordinator-infer"),
                      LF_INT("worker", j->w->idx), LF_STR("cert_file", j->cert));
+        /* The client contexts towards engines (https with engine_tls), same files. */
+        if (j->w->httpc)
+            httpc_tls_reload(j->w->httpc);
     }
     tls_job_free(j);
 }
@@ -120,6 +123,8 @@ static void apply_tls(struct coord *c)
     const struct ccfg_tls *t = &c->cfg.infer_tls;
     if (!t->enable)
         return;
+    if (t->engine_tls && c->mgmt_httpc)
+        httpc_tls_reload(c->mgmt_httpc); /* model discovery's https to engines */
     for (int i = 0; i < c->n_workers; i++) {
         struct coord_worker *w = &c->workers[i];
         if (!w->started)

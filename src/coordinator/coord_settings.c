@@ -52,6 +52,14 @@ struct csettings *csettings_new(const struct ccfg *cfg, uint64_t version)
     s->prec_enable = cfg->prec_enable;
     s->prec_interval_ms = cfg->prec_interval_ms;
     s->prec_logprobs = cfg->prec_logprobs;
+    const struct ccfg_tls *t = &cfg->infer_tls;
+    s->engine_tls = t->enable && t->engine_tls;
+    if (s->engine_tls) {
+        s->engine_tls_opts.ca_file = t->ca_file && *t->ca_file ? xstrdup(t->ca_file) : NULL;
+        s->engine_tls_opts.cert_file = t->cert_file ? xstrdup(t->cert_file) : NULL;
+        s->engine_tls_opts.key_file = t->key_file ? xstrdup(t->key_file) : NULL;
+        s->engine_tls_opts.key_password = t->key_password ? xstrdup(t->key_password) : NULL;
+    }
     int64_t shortest = MOTOR_MIN(s->first_token_timeout_ms, s->infer_timeout_ms);
     if (s->inter_token_timeout_ms > 0)
         shortest = MOTOR_MIN(shortest, s->inter_token_timeout_ms);
@@ -75,6 +83,13 @@ void csettings_unref(struct csettings *s)
         free(s->api_keys[i]);
     }
     free(s->api_keys);
+    struct httpc_tls *t = &s->engine_tls_opts;
+    free((char *)t->ca_file);
+    free((char *)t->cert_file);
+    free((char *)t->key_file);
+    if (t->key_password)
+        explicit_bzero((char *)t->key_password, strlen(t->key_password));
+    free((char *)t->key_password);
     free(s);
 }
 

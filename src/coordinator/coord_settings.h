@@ -13,6 +13,7 @@
 #ifndef MOTOR_COORD_SETTINGS_H
 #define MOTOR_COORD_SETTINGS_H
 
+#include "common/httpc.h"
 #include "coordinator/balancer.h"
 #include "coordinator/coord_config.h"
 
@@ -56,6 +57,10 @@ struct csettings {
     bool prec_enable;
     int64_t prec_interval_ms;
     int prec_logprobs;
+    /* infer_tls_config with engine_tls: https to engines with these client settings
+     * (owned copies); engine_tls false = plain http:// */
+    bool engine_tls;
+    struct httpc_tls engine_tls_opts;
     /* derived: the deadline sweep's period, a tenth of the shortest timeout, 10..100 ms */
     int64_t sweep_ms;
 };

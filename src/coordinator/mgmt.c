@@ -297,12 +297,21 @@ static void refresh_start(struct mgmt_refresh *f)
         }
     }
     f->probes_left = f->n_probes;
+    /* Engines are asked the way the workers will talk to them (infer_tls_config). */
+    struct csettings *set = csettings_pub_get(&c->settings);
     for (size_t i = 0; i < f->n_probes; i++) {
         struct probe *p = &f->probes[i];
-        char *url = xasprintf("http://%s/v1/models", f->r.v[p->inst]->eps[p->ep].hostport);
-        p->h = httpc_get(c->mgmt_httpc, url, MGMT_DISCOVERY_TIMEOUT_MS, on_probe_done, p);
+        char *url = xasprintf("%s://%s/v1/models", set->engine_tls ? "https" : "http",
+                              f->r.v[p->inst]->eps[p->ep].hostport);
+        struct httpc_opts o = {
+            .url = url,
+            .timeout_ms = MGMT_DISCOVERY_TIMEOUT_MS,
+            .tls = set->engine_tls ? &set->engine_tls_opts : NULL,
+        };
+        p->h = httpc_request(c->mgmt_httpc, &o, on_probe_done, p);
         free(url);
     }
+    csettings_unref(set);
 }
 
 static void queue_next(struct coord *c)

@@ -624,14 +624,28 @@ static void start_report(struct coord *c, struct prec_group *g, enum act_kind ki
     g->act = a;
     json_t *alarms = json_array();
     json_array_append_new(alarms, alarm_json(c, g, kind == ACT_CLEAR));
+    /* The controller's API is TLS when the deploy block's mgmt_tls_config is on (that
+     * block is the controller's too); its certificate is then ours as a client. */
+    const struct ccfg_tls *m = &c->cfg.mgmt_tls;
     char url[320];
-    snprintf(url, sizeof(url), "http://%s:%d/controller/report_alarms", c->cfg.ctl_host,
-             c->cfg.ctl_port);
+    snprintf(url, sizeof(url), "%s://%s:%d/controller/report_alarms", m->enable ? "https" : "http",
+             c->cfg.ctl_host, c->cfg.ctl_port);
     log_warn(kind == ACT_CLEAR ? "precision_alarm_clear" : "precision_alarm_raise",
              LF_INT("p_instance_id", g->p_id), LF_INT("d_instance_id", g->d_id),
              LF_STR("moi", g->moi), LF_INT("precision_issue_count", g->issue_count),
              LF_INT("probe_failure_count", g->probe_failures), LF_STR("url", url));
-    a->h = httpc_post_json(c->mgmt_httpc, url, alarms, PREC_REPORT_TIMEOUT_MS, report_done, a);
+    struct httpc_tls tls = {.ca_file = m->ca_file,
+                            .cert_file = m->cert_file,
+                            .key_file = m->key_file,
+                            .key_password = m->key_password};
+    char *body = json_dumps(alarms, JSON_COMPACT);
+    struct httpc_opts o = {.method = "POST",
+                           .url = url,
+                           .body = body,
+                           .timeout_ms = PREC_REPORT_TIMEOUT_MS,
+                           .tls = m->enable ? &tls : NULL};
+    a->h = httpc_request(c->mgmt_httpc, &o, report_done, a);
+    free(body);
     json_decref(alarms);
 }
 

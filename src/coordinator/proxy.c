@@ -1167,9 +1167,11 @@ static void leg_start(struct preq *pr, struct leg *leg, const char *body, size_t
     char url[320], rid_hdr[96];
     size_t hl = strnlen(leg->ep->hostport, sizeof(url) - 64);
     size_t pl = strlen(api_paths[pr->api]);
-    memcpy(url, "http://", 7);
-    memcpy(url + 7, leg->ep->hostport, hl);
-    memcpy(url + 7 + hl, api_paths[pr->api], pl + 1);
+    bool tls = pr->set->engine_tls;
+    size_t sl = tls ? 8 : 7;
+    memcpy(url, tls ? "https://" : "http://", sl);
+    memcpy(url + sl, leg->ep->hostport, hl);
+    memcpy(url + sl + hl, api_paths[pr->api], pl + 1);
     const char *rid = up_rid(pr);
     size_t rl = strnlen(rid, sizeof(pr->up_rid));
     memcpy(rid_hdr, "X-Request-Id: ", 14);
@@ -1190,6 +1192,7 @@ static void leg_start(struct preq *pr, struct leg *leg, const char *body, size_t
         .max_response = PROXY_RESP_MAX,
         .on_status = leg_on_status,
         .on_chunk = leg_on_chunk,
+        .tls = tls ? &pr->set->engine_tls_opts : NULL,
     };
     log_debug("upstream_leg", LF_STR("request_id", pr->rid), LF_STR("url", url),
               LF_INT("instance_id", leg->inst->id), LF_BOOL("stream", stream));
@@ -1900,7 +1903,8 @@ static void tokenize(struct preq *pr)
         return;
     }
     char url[320];
-    snprintf(url, sizeof(url), "http://%s/tokenize", ep->hostport);
+    bool tls = pr->set->engine_tls;
+    snprintf(url, sizeof(url), "%s://%s/tokenize", tls ? "https" : "http", ep->hostport);
     char *body = json_dumps(b, JSON_COMPACT);
     json_decref(b);
     struct httpc_opts o = {.method = "POST",
@@ -1910,7 +1914,8 @@ static void tokenize(struct preq *pr)
                            .content_type = "application/json",
                            .timeout_ms = pr->set->tokenize_timeout_ms,
                            .connect_timeout_ms = pr->set->tokenize_timeout_ms,
-                           .max_response = 32u << 20};
+                           .max_response = 32u << 20,
+                           .tls = tls ? &pr->set->engine_tls_opts : NULL};
     pr->tok_h = httpc_request(pr->w->httpc, &o, on_tokenized, pr);
     free(body);
 }

@@ -105,9 +105,7 @@ static void h_pause(struct httpd_req *req, void *arg)
             continue;
         nm_engine_set_status(e, WIRE_EP_PAUSED, "pause");
         if (!e->ep.headless) {
-            bool v6 = strchr(e->ep.ip, ':') != NULL;
-            char *url = xasprintf("http://%s%s%s:%d/metrics", v6 ? "[" : "", e->ep.ip,
-                                  v6 ? "]" : "", wire_endpoint_port(&e->ep));
+            char *url = nm_ft_endpoint_url(e, "/metrics");
             json_array_append_new(targets, json_string(url));
             free(url);
         }

@@ -131,6 +131,7 @@ struct nm_config_opts {
 struct nm_tls {
     bool enable_tls;
     char *ca_file, *cert_file, *key_file, *passwd_file, *crl_file;
+    bool engine_tls; /* infer_tls_config only (Motor): engines serve TLS, default true */
 };
 
 struct nm_ft_config {

@@ -903,19 +903,25 @@ static void on_probe_done(const struct httpc_response *resp, void *arg)
     nm_engine_event(e, ev, ok ? "health ok" : "health failed");
 }
 
-static void probe_send(struct nm_endpoint *e)
+bool nm_engine_client_tls(const struct nodemgr *nm, struct httpc_tls *out)
 {
-    struct nodemgr *nm = e->nm;
     const struct nm_tls *t = &nm->cfg->infer_tls;
-    bool tls = t->enable_tls;
-    bool v6 = strchr(e->ep.ip, ':') != NULL;
-    char *url = xasprintf("%s://%s%s%s:%d/health", tls ? "https" : "http", v6 ? "[" : "", e->ep.ip,
-                          v6 ? "]" : "", wire_endpoint_port(&e->ep));
-    struct httpc_tls ht = {
+    *out = (struct httpc_tls){
         .ca_file = t->ca_file && *t->ca_file ? t->ca_file : NULL,
         .cert_file = t->cert_file && *t->cert_file ? t->cert_file : NULL,
         .key_file = t->key_file && *t->key_file ? t->key_file : NULL,
     };
+    return t->enable_tls && t->engine_tls;
+}
+
+static void probe_send(struct nm_endpoint *e)
+{
+    struct nodemgr *nm = e->nm;
+    struct httpc_tls ht;
+    bool tls = nm_engine_client_tls(nm, &ht);
+    bool v6 = strchr(e->ep.ip, ':') != NULL;
+    char *url = xasprintf("%s://%s%s%s:%d/health", tls ? "https" : "http", v6 ? "[" : "", e->ep.ip,
+                          v6 ? "]" : "", wire_endpoint_port(&e->ep));
     int64_t timeout = (int64_t)nm->cfg->health.health_collector_timeout * 1000;
     struct httpc_opts o = {
         .url = url,

@@ -266,8 +266,10 @@ static void drop_endpoint(struct nm_ft *ft, int64_t id)
 char *nm_ft_endpoint_url(const struct nm_endpoint *e, const char *path)
 {
     bool v6 = strchr(e->ep.ip, ':') != NULL;
-    return xasprintf("http://%s%s%s:%d%s", v6 ? "[" : "", e->ep.ip, v6 ? "]" : "",
-                     wire_endpoint_port(&e->ep), path);
+    struct httpc_tls t;
+    bool tls = nm_engine_client_tls(e->nm, &t);
+    return xasprintf("%s://%s%s%s:%d%s", tls ? "https" : "http", v6 ? "[" : "", e->ep.ip,
+                     v6 ? "]" : "", wire_endpoint_port(&e->ep), path);
 }
 
 void nm_ft_resp_error_text(const struct httpc_response *resp, char *buf, size_t cap)
@@ -546,12 +548,15 @@ static void poll_tick(struct reactor *r, void *arg)
         ctx->id = e->ep.id;
         ctx->epoch = ft->epoch;
         static const char *const headers[] = {"Accept: application/json", NULL};
+        struct httpc_tls tls;
+        bool use_tls = nm_engine_client_tls(nm, &tls); /* upstream polls plain HTTP only */
         struct httpc_opts o = {
             .method = "GET",
             .url = url,
             .headers = headers,
             .timeout_ms = nm_ft_poll_timeout_ms(nm),
             .max_response = NM_FT_MAX_RESPONSE,
+            .tls = use_tls ? &tls : NULL,
         };
         fe->poll_ctx = ctx;
         fe->poll = httpc_request(ft->http, &o, on_poll_done, ctx);

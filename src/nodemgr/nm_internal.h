@@ -808,7 +808,11 @@ void nm_ft_stop(struct nodemgr *nm);
 struct httpc *nm_ft_http(struct nodemgr *nm);
 int64_t nm_ft_poll_timeout_ms(const struct nodemgr *nm);
 /* http://<ip>:<port><path> of an endpoint's engine (heap). */
+/* An engine's URL for path: https:// when the engines serve TLS (nm_engine_client_tls). */
 char *nm_ft_endpoint_url(const struct nm_endpoint *e, const char *path);
+/* infer_tls_config as the node manager's client towards its engines (probes, FT polls,
+ * scale-down calls): *out filled (borrowed strings); true when the engines serve TLS. */
+bool nm_engine_client_tls(const struct nodemgr *nm, struct httpc_tls *out);
 /* A failed answer as text: transport error, or "http <status>: <body>". */
 void nm_ft_resp_error_text(const struct httpc_response *resp, char *buf, size_t cap);
 /* The endpoint's raw entry in an engine's status reply (new reference), or NULL with

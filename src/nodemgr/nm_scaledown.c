@@ -214,6 +214,8 @@ static void fan_out(struct nm_scaledown *sd, struct httpd_req *req, enum ft_kind
         struct nm_endpoint *e = nm_engine_find(nm, ids[i]);
         char *url = nm_ft_endpoint_url(e, kind == FT_STATUS ? "/v1/fault_tolerance/status"
                                                             : "/v1/fault_tolerance/apply");
+        struct httpc_tls tls;
+        bool use_tls = nm_engine_client_tls(nm, &tls);
         struct httpc_opts o = {
             .method = kind == FT_STATUS ? "GET" : "POST",
             .url = url,
@@ -221,6 +223,7 @@ static void fan_out(struct nm_scaledown *sd, struct httpd_req *req, enum ft_kind
             .headers = headers,
             .timeout_ms = nm_ft_poll_timeout_ms(nm),
             .max_response = NM_FT_MAX_RESPONSE,
+            .tls = use_tls ? &tls : NULL,
         };
         s->hr = httpc_request(nm_ft_http(nm), &o, on_sub_done, s);
         free(url);

@@ -67,6 +67,10 @@ static const struct opt opts[] = {
     O("fault", OPT_STR, fault, 0, 0),
     O("log-level", OPT_STR, log_level, 0, 0),
     O("uvicorn-log-level", OPT_STR, log_level, 0, 0),
+    O("ssl-keyfile", OPT_STR, ssl_keyfile, 0, 0),
+    O("ssl-certfile", OPT_STR, ssl_certfile, 0, 0),
+    O("ssl-ca-certs", OPT_STR, ssl_ca_certs, 0, 0),
+    O("ssl-cert-reqs", OPT_INT, ssl_cert_reqs, 0, 2),
 };
 
 /* vLLM flags known to take no value: an unknown flag followed by a positional would
@@ -137,6 +141,9 @@ void sim_args_release(struct sim_args *a)
     free(a->prefix_hash_algo);
     free(a->kv_events_encoding);
     free(a->log_level);
+    free(a->ssl_keyfile);
+    free(a->ssl_certfile);
+    free(a->ssl_ca_certs);
     free_list(a->ignored, a->n_ignored);
     memset(a, 0, sizeof(*a));
 }
@@ -278,6 +285,11 @@ static int finish(struct sim_args *a, char *err, size_t cap)
         set_err(err, cap, "invalid value for", "data-parallel-rank", n);
         return -EINVAL;
     }
+    if (!a->ssl_keyfile != !a->ssl_certfile) {
+        set_err(err, cap, "--ssl-keyfile and --ssl-certfile go together: missing",
+                a->ssl_keyfile ? "ssl-certfile" : "ssl-keyfile", NULL);
+        return -EINVAL;
+    }
     if (a->no_prefix_caching)
         a->prefix_caching = false;
     a->crash_after_tokens = a->crash_after_tokens_i;
@@ -415,6 +427,8 @@ void sim_args_usage(FILE *out)
           "  --[no-]enable-prefix-caching    prefix caching (on)\n"
           "  --return-tokens-as-token-ids    logprobs tokens as \"token_id:N\"\n"
           "  --max-logprobs N                top logprobs at most (20)\n"
+          "  --ssl-certfile F --ssl-keyfile F  serve HTTPS (PEM files; both or neither)\n"
+          "  --ssl-ca-certs F --ssl-cert-reqs 2  verify client certificates (mutual TLS)\n"
           "\n"
           "simulator options:\n"
           "  --load-seconds S                model loading time (0): /health 503 until done\n"

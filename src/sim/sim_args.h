@@ -44,6 +44,13 @@ struct sim_args {
     char *prefix_hash_algo;     /* --prefix-caching-hash-algo: accepted, sha256_cbor used */
     bool return_token_ids;      /* --return-tokens-as-token-ids */
     int max_logprobs;           /* --max-logprobs, 20 */
+    /* HTTPS as vLLM (uvicorn) serves it: both files or neither; ssl_cert_reqs is
+     * Python's ssl.VerifyMode (0 none, 1 optional, 2 required), and with a CA file and a
+     * non-zero value client certificates are verified (mutual TLS: required either way). */
+    char *ssl_keyfile;          /* --ssl-keyfile, NULL = plain HTTP */
+    char *ssl_certfile;         /* --ssl-certfile */
+    char *ssl_ca_certs;         /* --ssl-ca-certs */
+    int ssl_cert_reqs;          /* --ssl-cert-reqs, 0 */
     bool prompt_tokens_details; /* --enable-prompt-tokens-details: usage.cached_tokens */
     /* simulator */
     double load_seconds;      /* 0 */

@@ -808,12 +808,19 @@ static void gen_fetch(struct sim_gen *g)
     struct sim *s = g->s;
     const char *h = g->r.remote_host;
     bool v6 = strchr(h, ':') && h[0] != '[';
-    char *url = xasprintf("http://%s%s%s:%d/sim/kv/%lld", v6 ? "[" : "", h, v6 ? "]" : "",
-                          g->r.remote_port, (long long)g->r.remote_block_ids[0]);
+    /* A TLS engine pulls from its peers over TLS too (they share the deployment's
+     * certificates: ours is the client certificate, --ssl-ca-certs verifies theirs). */
+    bool tls = s->args.ssl_certfile != NULL;
+    struct httpc_tls t = {.ca_file = s->args.ssl_ca_certs,
+                          .cert_file = s->args.ssl_certfile,
+                          .key_file = s->args.ssl_keyfile};
+    char *url = xasprintf("%s://%s%s%s:%d/sim/kv/%lld", tls ? "https" : "http", v6 ? "[" : "", h,
+                          v6 ? "]" : "", g->r.remote_port, (long long)g->r.remote_block_ids[0]);
     struct httpc_opts o = {
         .url = url,
         .timeout_ms = SIM_KV_FETCH_TIMEOUT_MS,
         .max_response = SIM_KV_FETCH_MAX_RESPONSE,
+        .tls = tls ? &t : NULL,
     };
     g->state = GEN_FETCHING;
     gen_list_push(&s->fetching, g);
@@ -1065,8 +1072,13 @@ int sim_engine_start(struct sim *s)
         .max_body = (size_t)1 << 20,
         .quiet_paths = quiet,
         /* vLLM (uvicorn) has no connection limit unless asked for one */
-        .max_connections = s->args.max_connections > 0 ? (unsigned)s->args.max_connections
-                                                       : (unsigned)(1u << 30),
+        .max_connections =
+            s->args.max_connections > 0 ? (unsigned)s->args.max_connections : (unsigned)(1u << 30),
+        /* --ssl-*: the same transport as every Motor listener (conn.h); libssl is loaded
+         * only when they are given. */
+        .tls_cert_file = s->args.ssl_certfile,
+        .tls_key_file = s->args.ssl_keyfile,
+        .tls_ca_file = s->args.ssl_cert_reqs > 0 ? s->args.ssl_ca_certs : NULL,
     };
     s->httpd = httpd_new(s->r, &cfg);
     if (!s->httpd) {

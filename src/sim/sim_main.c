@@ -377,6 +377,7 @@ static void on_loaded(struct reactor *r, void *arg)
         log_info("sim_ready", LF_INT("port", s->port), LF_STR("host", s->args.host),
                  LF_STR("engine_id", s->engine_id), LF_STR("model", s->args.model),
                  LF_INT("dp_rank", s->args.dp_rank), LF_INT("pid", getpid()),
+                 LF_BOOL("tls", s->args.ssl_certfile != NULL),
                  LF_INT("load_ms", reactor_now(r) - s->start_ms));
 }
 

@@ -179,7 +179,8 @@ class Injector:
 
     def engine_hang(self) -> Fault:
         p, e = self._engine()
-        st, body = call("POST", f"http://{p.ip}:{e['port']}/sim/fault", {"mode": "hang"}, 3)
+        st, body = call("POST", f"{chaos_fleet.scheme()}://{p.ip}:{e['port']}/sim/fault",
+                        {"mode": "hang"}, 3)
         if st != 200:
             raise LookupError(f"hang injection refused: {st} {body}")
         f = Fault("engine_hang", f"{p.role}/ep{e['id']}", 35, f"pid {e['pid']}")
@@ -189,7 +190,7 @@ class Injector:
     def engine_error(self) -> Fault:
         p, e = self._engine()
         dur = round(self.rng.uniform(1.0, 4.0), 1)
-        url = f"http://{p.ip}:{e['port']}/sim/fault"
+        url = f"{chaos_fleet.scheme()}://{p.ip}:{e['port']}/sim/fault"
         st, body = call("POST", url, {"mode": "error"}, 3)
         if st != 200:
             raise LookupError(f"error injection refused: {st} {body}")
@@ -472,7 +473,7 @@ class Run:
         store = "etcd" if mode in ("etcd", "ha") else "sqlite"
         if mode == "up":
             from chaos_up import UpFleet
-            fleet: Fleet = UpFleet(self.run_id, run_dir, net, log=log)
+            fleet: Fleet = UpFleet(self.run_id, run_dir, net, log=log, tls=self.args.tls)
         else:
             fleet = Fleet("standalone" if mode == "standalone" else "controller", self.run_id,
                           run_dir, net, workers=1, log=log, store=store,
@@ -482,7 +483,8 @@ class Run:
         try:
             fleet.start()
             ref = Reference(fleet.oracle_url, chaos_fleet.MODEL)
-            client = Client(fleet.infer_url, ref, seed=self.args.seed, threads=self.args.clients)
+            client = Client(fleet.infer_url, ref, seed=self.args.seed, threads=self.args.clients,
+                            context=chaos_fleet.TLS_CTX)
             ok, took, problems = self.wait_healthy(fleet, client, 60)
             if not ok:
                 raise RuntimeError(f"[{mode}] fleet never became healthy: {problems}")
@@ -760,7 +762,14 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     ap.add_argument("--keep", action="store_true", help="keep the run directory (logs)")
     ap.add_argument("--short", action="store_true",
                     help="the bounded CI version: --duration 90 --rounds 22")
+    ap.add_argument("--tls", action="store_true",
+                    help="every listener of the fleet on mutual TLS: the up fleet under "
+                    "`motor up --tls` (implies --mode up; the other fleets are plain HTTP)")
     a = ap.parse_args(argv)
+    if a.tls:
+        if a.mode not in (None, "up"):
+            ap.error("--tls runs the up fleet only (--mode up)")
+        a.mode = "up"
     if a.mode is None:
         a.mode = "controller,ha,standalone" if a.short else "all"
     if a.short:

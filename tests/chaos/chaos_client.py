@@ -125,8 +125,9 @@ class Client:
     """``threads`` workers sending requests to ``base_url`` until ``stop()``."""
 
     def __init__(self, base_url: str, ref: Reference, seed: int, threads: int = 3,
-                 timeout: float = 25.0, model: str = "chaos-model"):
+                 timeout: float = 25.0, model: str = "chaos-model", context: Any = None):
         self.base = base_url
+        self.context = context  # ssl.SSLContext for an https:// base URL
         self.ref = ref
         self.seed = seed
         self.n_threads = threads
@@ -186,7 +187,7 @@ class Client:
                                      headers={"Content-Type": "application/json"})
         to = timeout or self.timeout
         try:
-            resp = urllib.request.urlopen(req, timeout=to)
+            resp = urllib.request.urlopen(req, timeout=to, context=self.context)
         except urllib.error.HTTPError as e:
             with e:
                 try:

@@ -37,6 +37,7 @@ import signal
 import subprocess
 import sys
 import threading
+import ssl
 import time
 import urllib.error
 import urllib.request
@@ -50,6 +51,15 @@ import motorlib  # noqa: E402
 MODEL = "chaos-model"
 MARK = "MOTOR_CHAOS_RUN"
 
+# Set while a fleet runs with every listener on TLS (chaos.py --tls: the up fleet under
+# `motor up --tls`): the fleet's URLs turn https:// and call() presents this context (the
+# fleet's CA and the client certificate motor up made). None = plain HTTP.
+TLS_CTX: Optional[ssl.SSLContext] = None
+
+
+def scheme() -> str:
+    return "https" if TLS_CTX is not None else "http"
+
 
 # ---------------------------------------------------------------------------------------
 # HTTP
@@ -61,7 +71,8 @@ def call(method: str, url: str, body: Any = None, timeout: float = 2.0) -> tuple
     req = urllib.request.Request(url, data=data, method=method,
                                  headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
+        ctx = TLS_CTX if url.startswith("https://") else None
+        with urllib.request.urlopen(req, timeout=timeout, context=ctx) as r:
             raw, st = r.read(), r.status
     except urllib.error.HTTPError as e:
         with e:
@@ -333,7 +344,7 @@ class Pod:
 
     @property
     def url(self) -> str:
-        return f"http://{self.ip}:{self.nm_port}"
+        return f"{scheme()}://{self.ip}:{self.nm_port}"
 
     def engine_ports(self) -> list[int]:
         return [self.base_port + 2 * i for i in range(self.dp)]
@@ -607,15 +618,15 @@ class Fleet:
 
     @property
     def infer_url(self) -> str:
-        return f"http://127.0.0.1:{self.coord_port}"
+        return f"{scheme()}://127.0.0.1:{self.coord_port}"
 
     @property
     def mgmt_url(self) -> str:
-        return f"http://127.0.0.1:{self.coord_mgmt}"
+        return f"{scheme()}://127.0.0.1:{self.coord_mgmt}"
 
     @property
     def ctl_url(self) -> str:
-        return f"http://{self.net.controller_host}:{self.ctl_port}"
+        return f"{scheme()}://{self.net.controller_host}:{self.ctl_port}"
 
     def _register(self, d: Daemon) -> None:
         """standalone: `motor register set` every pod's instance (the operator's hook)."""
@@ -699,7 +710,8 @@ class Fleet:
                     problems.append(f"{p.daemon.name}: endpoint {e.get('id')} "
                                     f"{e.get('state')}/{e.get('status')}")
                 else:  # the engine itself, not only what its node manager believes
-                    st, _ = call("GET", f"http://{p.ip}:{e.get('port')}/health", timeout=2)
+                    st, _ = call("GET", f"{scheme()}://{p.ip}:{e.get('port')}/health",
+                                 timeout=2)
                     if st != 200:
                         problems.append(f"{p.daemon.name}: endpoint {e.get('id')} /health {st}")
             st, body = call("GET", p.url + "/node-manager/status", timeout=2)

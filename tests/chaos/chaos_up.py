@@ -77,9 +77,12 @@ class UpChild:
 class UpFleet(Fleet):
     """The fleet of `motor up` (mode "up"; the controller checks apply)."""
 
-    def __init__(self, run_id: str, run_dir: Path, net, log=print):
+    def __init__(self, run_id: str, run_dir: Path, net, log=print, tls: bool = False):
         super().__init__("controller", run_id, run_dir, net, log=log)
         self.kind = "up"
+        # `motor up --tls`: every listener on mutual TLS; the driver's own requests use
+        # the CA and client certificate it made (chaos_fleet.TLS_CTX while this runs)
+        self.tls = tls
         self.dir = run_dir / "up"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.log_dir = self.dir / "logs"  # the driver's own logs (motor up, oracle)
@@ -140,7 +143,7 @@ class UpFleet(Fleet):
         self.cfg_path = self._up_cfg()
         self.base = _free_block(80)
         r = subprocess.run([self.bin, "up", "--dry-run", "-c", self.cfg_path, "--port-base",
-                            str(self.base), "--state-dir", str(self.state)],
+                            str(self.base), "--state-dir", str(self.state)] + self._tls_arg(),
                            capture_output=True, text=True, timeout=30)
         if r.returncode != 0:
             raise RuntimeError(f"motor up --dry-run failed: {r.stderr.strip()}")
@@ -160,8 +163,18 @@ class UpFleet(Fleet):
         self.coordinator = UpChild(self, "coordinator", "coordinator")  # type: ignore[assignment]
         self.daemons = [self.coordinator, self.controller] + [p.daemon for p in self.pods]
         self._start_up(keep_state=False)
-        self.log(f"[up] motor up ready in {time.monotonic() - t0:.1f}s "
-                 f"(port base {self.base}, {len(self.pods)} pods)")
+        if self.tls:
+            import ssl
+            import chaos_fleet
+            tls = self.state / "tls"
+            ctx = ssl.create_default_context(cafile=str(tls / "ca.crt"))
+            ctx.load_cert_chain(str(tls / "client.crt"), str(tls / "client.key"))
+            chaos_fleet.TLS_CTX = ctx
+        self.log(f"[up] motor up{' --tls' if self.tls else ''} ready in "
+                 f"{time.monotonic() - t0:.1f}s (port base {self.base}, {len(self.pods)} pods)")
+
+    def _tls_arg(self) -> list[str]:
+        return ["--tls"] if self.tls else []
 
     def _start_oracle(self) -> None:
         self.oracle = motorlib.Proc([self.bin, "engine-sim", "--port", "0", "--model", MODEL,
@@ -175,6 +188,7 @@ class UpFleet(Fleet):
     def _start_up(self, keep_state: bool) -> None:
         argv = [self.bin, "up", "-c", self.cfg_path, "--port-base", str(self.base),
                 "--state-dir", str(self.state), "--plain", "--ready-timeout", "90"]
+        argv += self._tls_arg()  # with --keep-state, motor up keeps its certificates too
         if keep_state:
             argv.append("--keep-state")
         self.up = motorlib.Proc(argv, name="up", log_dir=str(self.log_dir),
@@ -291,6 +305,8 @@ class UpFleet(Fleet):
         for port in (self.coord_port, self.coord_mgmt, self.ctl_port):
             if port and not motorlib.port_is_free(port):
                 left.append(f"VIOLATION port 127.0.0.1:{port} still bound after stop")
+        import chaos_fleet
+        chaos_fleet.TLS_CTX = None
         return left
 
     def sanitizer_reports(self) -> list[str]:

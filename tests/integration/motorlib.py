@@ -501,7 +501,7 @@ class SSEStream:
     the parsed objects; `times` holds the monotonic arrival time of each event."""
 
     def __init__(self, url: str, body: Any, timeout: float = 10.0,
-                 headers: Optional[dict[str, str]] = None):
+                 headers: Optional[dict[str, str]] = None, context: Any = None):
         hdrs = {"Content-Type": "application/json", "Accept": "text/event-stream"}
         hdrs.update(headers or {})
         req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
@@ -512,7 +512,7 @@ class SSEStream:
         self.times: list[float] = []
         self.done = False
         try:
-            self.resp = urllib.request.urlopen(req, timeout=timeout)
+            self.resp = urllib.request.urlopen(req, timeout=timeout, context=context)
             self.status = self.resp.status
             self.content_type = self.resp.headers.get("Content-Type", "")
         except urllib.error.HTTPError as e:

@@ -264,7 +264,8 @@ def test_tls_rotated_in_place_keeps_open_streams(procs, tmpdir_path):
                              "40", name="sim")
     cfg = {"motor_coordinator_config": {},
            "motor_deploy_config": {"tls_config": {"infer_tls_config": {
-               "enable_tls": True, "cert_file": live_cert, "key_file": live_key}}}}
+               "enable_tls": True, "cert_file": live_cert, "key_file": live_key,
+               "engine_tls": False}}}}  # the simulator behind it is plain HTTP
     path = os.path.join(tmpdir_path, "user_config.json")
     write(path, cfg)
     p = procs.motor("coordinator", "--config", path, "--port", 0, "--mgmt-port", 0,

@@ -8,8 +8,13 @@ manager's HTTP client towards its Controller: nginx plays the Controller over TL
 client certificates required. The certificates come from tests/fixtures/mkcerts.sh.
 
 Also: a node manager without TLS never maps libssl; one with TLS does (it is loaded on
-first use). Coordinator -> engine over TLS needs infer_tls_config wiring in the
-coordinator and engines that listen with TLS: phase B of issue 13, not tested here."""
+first use).
+
+The coordinator (phase B of issue 13): nginx as a TLS reverse proxy in front of its
+inference port (mutual TLS, keep-alive), nginx as a TLS "engine" behind it (the
+coordinator verifies nginx with infer_tls_config's CA and presents its certificate, which
+nginx requires), `motor register` and `motor status` over https against it, with a TLS
+simulator (--ssl-*) registered through `--engine-tls`."""
 
 import http.client
 import json
@@ -358,3 +363,184 @@ def test_nginx_as_tls_controller_behind(procs, tmpdir_path, pki):
     beats = [x.split() for x in log.splitlines() if "/controller/heartbeat" in x]
     assert len({b[0] for b in beats}) == 1, log
     assert beats[-1][2] in ("TLSv1.3", "TLSv1.2")
+
+
+# ---- the coordinator: nginx in front, nginx behind, motor register/status over https -------
+
+
+def tls_coordinator(procs, tmpdir_path, pki, engine_tls=True, name="coordinator"):
+    """A coordinator with both ports on mutual TLS (srv.crt; its client certificate
+    towards engines too)."""
+    block = {"enable_tls": True, "cert_file": pki("srv.crt"), "key_file": pki("srv.key"),
+             "ca_file": pki("ca.crt")}
+    cfg = {"motor_coordinator_config": {"exception_config": {"max_retry": 1},
+                                        "logging_config": {"log_level": "DEBUG"}},
+           "motor_deploy_config": {"tls_config": {
+               "infer_tls_config": {**block, "engine_tls": engine_tls},
+               "mgmt_tls_config": block}}}
+    path = os.path.join(tmpdir_path, f"{name}.json")
+    write_json(path, cfg)
+    p = procs.motor("coordinator", "--config", path, "--port", 0, "--mgmt-port", 0,
+                    "--workers", 1, name=name)
+    ev = p.wait_event("coordinator_listening", timeout=15)
+    p.infer_port, p.mgmt_port, p.config = int(ev["infer_port"]), int(ev["mgmt_port"]), path
+    return p
+
+
+def coord_refresh(coord, pki, body):
+    r = motorlib.post(f"https://127.0.0.1:{coord.mgmt_port}/instances/refresh", body, 10,
+                      context=client_ctx(pki))
+    assert r.status == 200, r
+    return r
+
+
+def chat_body(model="m", stream=False):
+    return {"model": model, "max_tokens": 4, "stream": stream, "ignore_eos": True,
+            "messages": [{"role": "user", "content": "hi"}]}
+
+
+def test_nginx_tls_proxy_in_front_of_coordinator(procs, tmpdir_path, pki):
+    """client --TLS--> nginx --mutual TLS, keep-alive--> coordinator --TLS--> simulator."""
+    sim = motorlib.start_sim(procs, "--model", "m", "--ttft-ms", "1", "--tokens-per-second", "0",
+                             "--ssl-certfile", pki("srv.crt"), "--ssl-keyfile", pki("srv.key"),
+                             "--ssl-ca-certs", pki("ca.crt"), "--ssl-cert-reqs", "2", name="sim")
+    coord = tls_coordinator(procs, tmpdir_path, pki)
+    coord_refresh(coord, pki, {"event": "set", "model_name": "m", "instances": [
+        {"id": 1, "role": "union", "endpoints": [{"id": 0, "address": f"127.0.0.1:{sim.port}"}]}]})
+    port = motorlib.free_port()
+    d = os.path.join(tmpdir_path, "nginx")
+    os.makedirs(d)
+    body = f"""
+  upstream motor {{ server 127.0.0.1:{coord.infer_port}; keepalive 4; }}
+  server {{
+    listen 127.0.0.1:{port} ssl;
+    ssl_certificate {pki("srv.crt")};
+    ssl_certificate_key {pki("srv.key")};
+    location / {{
+      proxy_pass https://motor;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+      proxy_ssl_verify on;
+      proxy_ssl_trusted_certificate {pki("ca.crt")};
+      proxy_ssl_name localhost;
+      proxy_ssl_server_name on;
+      proxy_ssl_certificate {pki("cli.crt")};
+      proxy_ssl_certificate_key {pki("cli.key")};
+      proxy_ssl_session_reuse on;
+    }}
+  }}"""
+    ngx = Nginx(procs, d, body)
+    ngx.wait_port(port)
+    ctx = ssl.create_default_context(cafile=pki("ca.crt"))
+    c = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=20)
+    for _ in range(3):
+        c.request("POST", "/v1/chat/completions", body=json.dumps(chat_body()),
+                  headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        data = r.read()
+        assert r.status == 200, (data, ngx.log("error.log")[-2000:])
+        assert json.loads(data)["usage"]["completion_tokens"] == 4
+    c.request("POST", "/v1/chat/completions", body=json.dumps(chat_body(stream=True)),
+              headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    data = r.read().decode()
+    assert r.status == 200 and data.rstrip().endswith("data: [DONE]"), data
+    c.close()
+    # nginx kept one upstream TLS connection for the four requests
+    assert len(coord.find_events("tls_handshake_done", server="coordinator-infer")) == 1, \
+        coord.find_events("tls_handshake_done")
+    assert not coord.find_events("tls_handshake_failed")
+
+
+def test_nginx_as_tls_engine_behind_coordinator(procs, tmpdir_path, pki):
+    """coordinator --TLS, client certificate required by nginx--> nginx (playing vLLM)."""
+    port = motorlib.free_port()
+    d = os.path.join(tmpdir_path, "nginx")
+    os.makedirs(d)
+    answer = json.dumps({"id": "cmpl-ngx", "object": "chat.completion", "model": "m",
+                         "choices": [{"index": 0, "finish_reason": "stop",
+                                      "message": {"role": "assistant", "content": "from nginx"}}],
+                         "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}})
+    models = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]})
+    body = f"""
+  server {{
+    listen 127.0.0.1:{port} ssl;
+    ssl_certificate {pki("srv.crt")};
+    ssl_certificate_key {pki("srv.key")};
+    ssl_client_certificate {pki("ca.crt")};
+    ssl_verify_client on;
+    keepalive_requests 1000;
+    location = /v1/models {{ default_type application/json; return 200 '{models}'; }}
+    location = /health {{ return 200; }}
+    location = /v1/chat/completions {{
+      default_type application/json;
+      return 200 '{answer}';
+    }}
+  }}"""
+    ngx = Nginx(procs, d, body)
+    ngx.wait_port(port)
+    coord = tls_coordinator(procs, tmpdir_path, pki)
+    # no model_name: the coordinator asks the engine's /v1/models, over TLS as well
+    coord_refresh(coord, pki, {"event": "set", "instances": [
+        {"id": 1, "role": "union", "endpoints": [{"id": 0, "address": f"127.0.0.1:{port}"}]}]})
+    ctx = client_ctx(pki)
+    for _ in range(4):
+        r = motorlib.post(f"https://127.0.0.1:{coord.infer_port}/v1/chat/completions",
+                          chat_body(), 10, context=ctx)
+        assert r.status == 200, r
+        assert r.json()["choices"][0]["message"]["content"] == "from nginx"
+    log = ngx.log("access.log")
+    assert log.count('"GET /v1/models HTTP/1.1" 200') == 1, log
+    posts = [x.split() for x in log.splitlines() if "/v1/chat/completions" in x]
+    assert len(posts) == 4 and all(p[2] in ("TLSv1.3", "TLSv1.2") for p in posts), log
+    # keep-alive towards the engine: one TLS connection for the four requests
+    assert len({p[0] for p in posts}) == 1, log
+    assert not coord.find_events("upstream_failed")
+
+
+def test_coordinator_refuses_engine_with_wrong_name_or_ca(procs, tmpdir_path, pki):
+    """Verification is on towards engines: a simulator with a certificate from another CA
+    fails the handshake, said in the log; the client gets an error, not a hang."""
+    sim = motorlib.start_sim(procs, "--model", "m", "--ssl-certfile", pki("other-srv.crt"),
+                             "--ssl-keyfile", pki("other-srv.key"), name="sim-other")
+    coord = tls_coordinator(procs, tmpdir_path, pki)
+    coord_refresh(coord, pki, {"event": "set", "model_name": "m", "instances": [
+        {"id": 1, "role": "union", "endpoints": [{"id": 0, "address": f"127.0.0.1:{sim.port}"}]}]})
+    r = motorlib.post(f"https://127.0.0.1:{coord.infer_port}/v1/chat/completions", chat_body(),
+                      20, context=client_ctx(pki))
+    assert r.status in (502, 503), r
+    ev = motorlib.wait_for(lambda: coord.find_events("upstream_failed"), 5, what="upstream_failed")
+    assert "certificate" in json.dumps(ev).lower() or "verify" in json.dumps(ev).lower(), ev
+
+
+def test_register_and_status_over_https(procs, tmpdir_path, pki):
+    sim = motorlib.start_sim(procs, "--model", "m", "--ssl-certfile", pki("srv.crt"),
+                             "--ssl-keyfile", pki("srv.key"), name="sim")
+    coord = tls_coordinator(procs, tmpdir_path, pki)
+    base = ["--coordinator", "https://127.0.0.1", "--mgmt-port", str(coord.mgmt_port)]
+    tls = ["--ca-file", pki("ca.crt"), "--cert-file", pki("cli.crt"), "--key-file", pki("cli.key")]
+
+    def register(*args):
+        return subprocess.run([motorlib.motor_bin(), "register", *args], capture_output=True,
+                              text=True, timeout=60)
+    # without the CA: verification fails, said plainly
+    r = register("set", "--union", f"127.0.0.1:{sim.port}", "--timeout", "2", "--model-name", "m",
+                 "--no-health-check", *base)
+    assert r.returncode != 0
+    assert "certificate" in r.stderr.lower() or "verify" in r.stderr.lower(), r.stderr
+    # with the CA and client certificate; the engine probed over https (--engine-tls)
+    r = register("set", "--union", f"127.0.0.1:{sim.port}", "--engine-tls", *base, *tls)
+    assert r.returncode == 0, r.stderr
+    r = register("list", *base, *tls)
+    assert r.returncode == 0 and f"127.0.0.1:{sim.port}" in r.stdout, (r.stdout, r.stderr)
+    # motor status over https with the same files (the controller is not asked here)
+    r = subprocess.run([motorlib.motor_bin(), "status", "--coordinator",
+                        f"https://127.0.0.1:{coord.mgmt_port}", "--controller", "none",
+                        "--json", *tls], capture_output=True, text=True, timeout=30)
+    model = json.loads(r.stdout)
+    assert model["coordinator"]["reachable"], model
+    assert [p["id"] for p in model["pools"]] != [], model
+    r = motorlib.post(f"https://127.0.0.1:{coord.infer_port}/v1/chat/completions", chat_body(),
+                      20, context=client_ctx(pki))
+    assert r.status == 200, r

@@ -267,6 +267,8 @@ static json_t *effective(json_t *root, bool coordinator)
         const char *eff = json_string_value(json_object_get(sc, "effective_scheduler"));
         if (eff && (!strcmp(eff, "kv_cache_affinity") || !strcmp(eff, "compute_length")))
             json_object_set_new(sc, "effective_scheduler", json_string("load_balance"));
+        /* Issue 13: etcd over TLS (the deploy block's etcd_tls_config). */
+        json_object_del(json_object_get(got, "tls_config"), "etcd_tls_config");
     } else {
         ctlcfg_init(&cc);
         ctlcfg_apply(&cc, root, &errs);

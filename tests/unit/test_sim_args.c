@@ -114,6 +114,17 @@ static void test_sim_flags(void **state)
     assert_int_equal(PARSE(&a, err, "--help"), 0);
     assert_true(a.help);
     sim_args_release(&a);
+
+    /* vLLM's HTTPS flags (uvicorn's ssl_* settings) */
+    assert_int_equal(PARSE(&a, err, "--ssl-certfile", "/c.pem", "--ssl-keyfile=/k.pem",
+                           "--ssl-ca-certs", "/ca.pem", "--ssl-cert-reqs", "2"),
+                     0);
+    assert_string_equal(a.ssl_certfile, "/c.pem");
+    assert_string_equal(a.ssl_keyfile, "/k.pem");
+    assert_string_equal(a.ssl_ca_certs, "/ca.pem");
+    assert_int_equal(a.ssl_cert_reqs, 2);
+    assert_int_equal(a.n_ignored, 0);
+    sim_args_release(&a);
 }
 
 struct bad_case {
@@ -137,6 +148,9 @@ static void test_errors(void **state)
         {"--data-parallel-size", "0", "--data-parallel-size"},
         {"--headless=maybe", NULL, "--headless"},
         {"--model", "--port", "missing value for --model"},
+        {"--ssl-keyfile", "/k.pem", "go together: missing --ssl-certfile"},
+        {"--ssl-certfile", "/c.pem", "go together: missing --ssl-keyfile"},
+        {"--ssl-cert-reqs", "3", "out of range for --ssl-cert-reqs"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         struct sim_args a;

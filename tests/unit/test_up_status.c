@@ -45,6 +45,57 @@ static const char *const PD =
 
 static const struct up_plan_opts OPTS = {.state_dir = "/state", .motor_bin = "/bin/motor"};
 
+/* TLS in the file: the plan says which listeners speak it and with which files (motor
+ * up's own client); --tls switches every one on with the throwaway PKI's files. */
+static void test_plan_tls(void **state)
+{
+    (void)state;
+    json_t *cfg = parse(
+        "{\"motor_deploy_config\": {\"tls_config\": {\"mgmt_tls_config\": {\"enable_tls\": true,"
+        " \"ca_file\": \"/pki/ca.crt\", \"cert_file\": \"/pki/m.crt\", \"key_file\": "
+        "\"/pki/m.key\"}}}," ENGINE("union") "}");
+    struct up_plan p;
+    struct cfg_errors e;
+    struct up_plan_opts o = OPTS;
+    o.port_base = 40000;
+    cfg_errors_init(&e, "");
+    if (up_plan_build(cfg, &o, &p, &e))
+        fail_msg("%s", cfg_errors_text(&e));
+    assert_true(p.mgmt_tls.on && p.ctl_tls.on);
+    assert_false(p.infer_tls.on);
+    assert_string_equal(p.ctl_tls.ca_file, "/pki/ca.crt");
+    assert_string_equal(p.mgmt_tls.cert_file, "/pki/m.crt");
+    up_plan_release(&p);
+    cfg_errors_release(&e);
+
+    o.tls_dir = "/state/tls";
+    cfg_errors_init(&e, "");
+    if (up_plan_build(cfg, &o, &p, &e))
+        fail_msg("%s", cfg_errors_text(&e));
+    assert_true(p.mgmt_tls.on && p.ctl_tls.on && p.infer_tls.on);
+    assert_string_equal(p.infer_tls.ca_file, "/state/tls/ca.crt");
+    assert_string_equal(p.infer_tls.cert_file, "/state/tls/infer.crt");
+    assert_string_equal(p.mgmt_tls.key_file, "/state/tls/mgmt.key");
+    json_t *eng = cfg_lookup(p.config, "motor_engine_union_config.engine_config");
+    assert_string_equal(json_string_value(json_object_get(eng, "ssl_certfile")),
+                        "/state/tls/engine.crt");
+    assert_string_equal(json_string_value(json_object_get(eng, "ssl_ca_certs")),
+                        "/state/tls/ca.crt");
+    assert_int_equal(json_integer_value(json_object_get(eng, "ssl_cert_reqs")), 2);
+    up_plan_release(&p);
+    cfg_errors_release(&e);
+    json_decref(cfg);
+
+    /* --tls with a tls_config that is not an object: said, not overwritten */
+    cfg = parse("{\"motor_deploy_config\": {\"tls_config\": 3}," ENGINE("union") "}");
+    cfg_errors_init(&e, "");
+    assert_int_equal(up_plan_build(cfg, &o, &p, &e), -EINVAL);
+    assert_non_null(strstr(cfg_errors_text(&e), "motor_deploy_config.tls_config"));
+    up_plan_release(&p);
+    cfg_errors_release(&e);
+    json_decref(cfg);
+}
+
 static void test_plan_pd(void **state)
 {
     (void)state;
@@ -139,9 +190,6 @@ static void test_plan_errors(void **state)
         {"{\"motor_deploy_config\": {\"p_instances_num\": \"two\"}," ENGINE("prefill") "}",
          "p_instances_num"},
         {"{\"motor_engine_union_config\": 5}", "must be an object"},
-        {"{\"motor_deploy_config\": {\"tls_config\": {\"mgmt_tls_config\": {\"enable_tls\": "
-         "true}}}," ENGINE("union") "}",
-         "TLS is not supported"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         json_t *cfg = parse(cases[i].json);
@@ -586,6 +634,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_pd),
+        cmocka_unit_test(test_plan_tls),
         cmocka_unit_test(test_plan_port_base),
         cmocka_unit_test(test_plan_errors),
         cmocka_unit_test(test_plan_port_base_engine_ports),

@@ -34,13 +34,15 @@ import motorlib
 # small HTTP client
 
 
-def call(method: str, url: str, body: Any = None, timeout: float = 5.0) -> tuple[int, Any]:
-    """(status, parsed JSON or raw text) — HTTP errors are returned, not raised."""
+def call(method: str, url: str, body: Any = None, timeout: float = 5.0,
+         ctx: Any = None) -> tuple[int, Any]:
+    """(status, parsed JSON or raw text) — HTTP errors are returned, not raised. ctx: an
+    ssl.SSLContext for https:// URLs."""
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, method=method,
                                  headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
+        with urllib.request.urlopen(req, timeout=timeout, context=ctx) as r:
             raw = r.read()
             status = r.status
     except urllib.error.HTTPError as e:
@@ -456,22 +458,37 @@ class Controller:
 
 
 class Etcd:
-    """etcd 3.4 on free loopback ports, fast elections, temporary data dir."""
+    """etcd 3.4 on free loopback ports, fast elections, temporary data dir.
 
-    def __init__(self, procs: motorlib.ProcRegistry):
+    tls: {"cert", "key", "ca"} (PEM paths) serves the client URL over https; with "ca",
+    etcd requires client certificates signed by it (--client-cert-auth). The helper's own
+    requests then present tls["client_cert"], tls["client_key"]."""
+
+    def __init__(self, procs: motorlib.ProcRegistry, tls: Optional[dict] = None):
         self.dir = tempfile.mkdtemp(prefix="motor-etcd-")
         self.client_port = motorlib.free_port()
         self.peer_port = motorlib.free_port()
-        cu = f"http://127.0.0.1:{self.client_port}"
+        scheme = "https" if tls else "http"
+        cu = f"{scheme}://127.0.0.1:{self.client_port}"
         pu = f"http://127.0.0.1:{self.peer_port}"
         exe = shutil.which("etcd")
         if not exe:
             raise FileNotFoundError("etcd not installed (scripts/deps.sh installs etcd-server)")
+        extra: list[str] = []
+        self.ctx = None
+        if tls:
+            import ssl
+            extra = ["--cert-file", tls["cert"], "--key-file", tls["key"]]
+            if tls.get("ca"):
+                extra += ["--client-cert-auth", "--trusted-ca-file", tls["ca"]]
+            self.ctx = ssl.create_default_context(cafile=tls.get("ca_verify", tls.get("ca")))
+            if tls.get("client_cert"):
+                self.ctx.load_cert_chain(tls["client_cert"], tls["client_key"])
         self.proc = procs.start([exe, "--name", "t", "--data-dir", self.dir,
                                  "--listen-client-urls", cu, "--advertise-client-urls", cu,
                                  "--listen-peer-urls", pu, "--initial-advertise-peer-urls", pu,
                                  "--initial-cluster", f"t={pu}",
-                                 "--heartbeat-interval=10", "--election-timeout=100"],
+                                 "--heartbeat-interval=10", "--election-timeout=100", *extra],
                                 name="etcd")
         self.url = cu
 
@@ -479,7 +496,7 @@ class Etcd:
             if not self.proc.alive():
                 raise motorlib.ProcessExited(self.proc.tail())
             try:
-                st, body = call("GET", cu + "/health", timeout=1)
+                st, body = call("GET", cu + "/health", timeout=1, ctx=self.ctx)
                 return st == 200 and isinstance(body, dict) and body.get("health") == "true"
             except OSError:
                 return False
@@ -490,7 +507,7 @@ class Etcd:
         end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
         st, body = call("POST", self.url + "/v3/kv/range",
                         {"key": base64.b64encode(prefix.encode()).decode(),
-                         "range_end": base64.b64encode(end.encode()).decode()})
+                         "range_end": base64.b64encode(end.encode()).decode()}, ctx=self.ctx)
         assert st == 200, body
         return {base64.b64decode(kv["key"]).decode(): base64.b64decode(kv.get("value", "")).decode()
                 for kv in body.get("kvs", [])}
