@@ -230,6 +230,24 @@ static json_t *ctl_fields(const struct ctlcfg *c)
     return o;
 }
 
+/* Remove the member at a dotted path ("a.b.c") of o, if there. */
+static void del_path(json_t *o, const char *path)
+{
+    const char *dot;
+    while (o && (dot = strchr(path, '.'))) {
+        char head[128];
+        size_t n = (size_t)(dot - path);
+        if (n >= sizeof(head))
+            return;
+        memcpy(head, path, n);
+        head[n] = '\0';
+        o = json_object_get(o, head);
+        path = dot + 1;
+    }
+    if (json_is_object(o))
+        json_object_del(o, path);
+}
+
 /* What the controller's (or the coordinator's) loader made of root, with the error text. */
 static json_t *effective(json_t *root, bool coordinator)
 {
@@ -243,32 +261,34 @@ static json_t *effective(json_t *root, bool coordinator)
         ccfg_apply(&co, root, &errs);
         got = ccfg_to_json(&co);
         ccfg_release(&co);
-        /* Keys the coordinator reads since the before-image (issue 17: its log level,
-         * master/standby and etcd; issue 19: mid-stream rescheduling; issue 16: precision detection
-         * and where its alarms go); upstream files that
-         * carry them were not read then. */
-        static const char *const since[] = {"logging_config",
-                                            "standby_config",
-                                            "etcd_config",
-                                            "reschedule_config",
-                                            "precision_detection_config",
-                                            "motor_controller_config"};
+        /* Keys the coordinator reads since the before-image: upstream files that carry
+         * them were not read then. One dotted path per key or block (a new key is one line
+         * here, next to its row in coord_config.c). */
+        static const char *const since[] = {
+            "logging_config", /* issue 17: log level, master/standby, etcd */
+            "standby_config",
+            "etcd_config",
+            "tls_config.etcd_tls_config", /* issue 13: etcd over TLS */
+            "reschedule_config",          /* issue 19: mid-stream rescheduling */
+            "api_config.max_connections", /* issue 19: connection slots */
+            "api_config.keep_alive_timeout",
+            "precision_detection_config", /* issue 16: precision detection, alarms' target */
+            "motor_controller_config",
+            "prefill_kv_event_config", /* issue 18: KV events, cache-aware scheduling */
+            "scheduler_config.kv_cache_affinity_mode",
+            "scheduler_config.load_gate_factor",
+            "scheduler_config.tokenize_timeout",
+            "scheduler_config.kv_cache_affinity_source",
+            "scheduler_config.approximate_chunks_per_endpoint",
+        };
         for (size_t i = 0; i < sizeof(since) / sizeof(since[0]); i++)
-            json_object_del(got, since[i]);
-        /* Issue 18: the KV-event block and the cache-aware scheduler's keys are new, and
-         * kv_cache_affinity / compute_length are no longer degraded to load_balance. */
-        json_object_del(got, "prefill_kv_event_config");
+            del_path(got, since[i]);
+        /* Issue 18: kv_cache_affinity / compute_length are no longer degraded to
+         * load_balance. */
         json_t *sc = json_object_get(got, "scheduler_config");
-        static const char *const sched_since[] = {"kv_cache_affinity_mode", "load_gate_factor",
-                                                  "tokenize_timeout", "kv_cache_affinity_source",
-                                                  "approximate_chunks_per_endpoint"};
-        for (size_t i = 0; i < sizeof(sched_since) / sizeof(sched_since[0]); i++)
-            json_object_del(sc, sched_since[i]);
         const char *eff = json_string_value(json_object_get(sc, "effective_scheduler"));
         if (eff && (!strcmp(eff, "kv_cache_affinity") || !strcmp(eff, "compute_length")))
             json_object_set_new(sc, "effective_scheduler", json_string("load_balance"));
-        /* Issue 13: etcd over TLS (the deploy block's etcd_tls_config). */
-        json_object_del(json_object_get(got, "tls_config"), "etcd_tls_config");
     } else {
         ctlcfg_init(&cc);
         ctlcfg_apply(&cc, root, &errs);
