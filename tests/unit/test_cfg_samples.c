@@ -249,9 +249,12 @@ static json_t *effective(json_t *root, bool coordinator)
          * kv_cache_affinity / compute_length are no longer degraded to load_balance. */
         json_object_del(got, "prefill_kv_event_config");
         json_t *sc = json_object_get(got, "scheduler_config");
-        static const char *const sched_since[] = {"kv_cache_affinity_mode", "load_gate_factor",
-                                                  "tokenize_timeout", "kv_cache_affinity_source",
-                                                  "approximate_chunks_per_endpoint"};
+        static const char *const sched_since[] = {"kv_cache_affinity_mode",
+                                                  "load_gate_factor",
+                                                  "tokenize_timeout",
+                                                  "kv_cache_affinity_source",
+                                                  "approximate_chunks_per_endpoint",
+                                                  "engine_metrics_interval"};
         for (size_t i = 0; i < sizeof(sched_since) / sizeof(sched_since[0]); i++)
             json_object_del(sc, sched_since[i]);
         const char *eff = json_string_value(json_object_get(sc, "effective_scheduler"));
