@@ -242,7 +242,7 @@ static json_t *effective(json_t *root, bool coordinator)
          * master/standby and etcd; issue 19: mid-stream rescheduling); upstream files that
          * carry them were not read then. */
         static const char *const since[] = {"logging_config", "standby_config", "etcd_config",
-                                            "reschedule_config"};
+                                            "reschedule_config", "precision_detection_config"};
         for (size_t i = 0; i < sizeof(since) / sizeof(since[0]); i++)
             json_object_del(got, since[i]);
         /* Issue 18: the KV-event block and the cache-aware scheduler's keys are new, and
