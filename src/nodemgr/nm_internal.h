@@ -562,7 +562,7 @@ struct nodemgr {
     struct cfgwatch *watch;
 
     /* engine output passthrough to the NM's stdout */
-    int passthrough_fd;      /* -1 = none */
+    int passthrough_fd; /* -1 = none */
     /* Upstream's daemon loop reads stdin: a line "stop" ends it (nm_main.c). */
     bool stdin_watched;
     char stdin_line[64];
@@ -655,6 +655,8 @@ void nm_launch_handle_restart(struct nodemgr *nm, struct httpd_req *req);
 void nm_launch_handle_stop(struct nodemgr *nm, struct httpd_req *req);
 /* Load the persisted launch parameters (boot). Missing file: fine. */
 void nm_launch_restore(struct nodemgr *nm);
+/* The stop route: remove the launch-parameter file (the launch is void). */
+void nm_launch_forget(struct nodemgr *nm);
 /* Standalone boot start: synthesize a start from the config and launch. 0 or -errno. */
 int nm_launch_standalone(struct nodemgr *nm);
 /* The launch of nm->pending_start (taken): services prepared, endpoints set,
