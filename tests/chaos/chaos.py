@@ -76,9 +76,10 @@ class Fault:
 
 KINDS_CONTROLLER = ["engine_kill", "engine_stop", "worker_kill", "engine_hang", "engine_error",
                     "nm_kill", "nm_stop", "controller_kill", "controller_stop",
-                    "coordinator_kill", "coordinator_stop", "net_cut"]
+                    "coordinator_kill", "coordinator_stop", "net_cut", "relaunch_controller_kill"]
 KINDS_ETCD = KINDS_CONTROLLER + ["etcd_kill", "etcd_stop"]
-KINDS_UP = [k for k in KINDS_CONTROLLER if k != "net_cut"] + ["up_kill"]
+KINDS_UP = [k for k in KINDS_CONTROLLER if k not in ("net_cut", "relaunch_controller_kill")] + \
+    ["up_kill"]
 KINDS_STANDALONE = ["engine_kill", "engine_stop", "worker_kill", "engine_hang", "engine_error",
                     "nm_kill", "nm_stop", "coordinator_kill", "coordinator_stop"]
 
@@ -324,6 +325,41 @@ class Injector:
                 out.append(f"VIOLATION controller state changed: instance {i['id']} "
                            f"endpoints {eb} -> {ea}")
         return out
+
+    def relaunch_controller_kill(self) -> Fault:
+        """SIGKILL an engine of one pod of the multi-pod instance, and the controller
+        while it relaunches the instance's engines on both pods: the restarted controller
+        must finish (or redo) the recovery from its store."""
+        pods = [p for p in self.fleet.pods if p.multi]
+        if not pods or self.fleet.mode != "controller":
+            raise LookupError("no multi-pod instance in this fleet")
+        p = self.rng.choice(pods)
+        eps = [e for e in (self.fleet.engines(p) or {}).get("endpoints", [])
+               if e.get("pid") and e.get("alive") and self._ours(e["pid"])]
+        if not eps:
+            raise LookupError(f"{p.daemon.name} has no live engine")
+        e = self.rng.choice(eps)
+        ids = [i["id"] for i in (self.fleet.controller_instances() or [])
+               if i.get("job_name") == p.job]
+        self._kill(e["pid"], signal.SIGKILL)
+
+        def relaunching() -> bool:
+            for i in self.fleet.controller_instances() or []:
+                if i.get("id") in ids and i.get("strategy"):
+                    return True
+            return False
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline and not relaunching():
+            time.sleep(0.05)
+        seen = relaunching()
+        hold = round(self.rng.uniform(0.2, 2.0), 1)
+        pid = self.fleet.controller.kill(hold)
+        f = Fault("relaunch_controller_kill", f"{p.name}/ep{e['id']}", hold + 60,
+                  f"engine {e['pid']}, controller {pid} killed "
+                  f"{'mid-relaunch' if seen else '(relaunch not seen yet)'}, restart after {hold}s")
+        f.killed += [e["pid"], pid]
+        f.replaced.append(e["pid"])
+        return f
 
     def controller_stop(self) -> Fault:
         dur = round(self.rng.uniform(0.5, 4.0), 1)
