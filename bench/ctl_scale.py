@@ -15,7 +15,11 @@ assembled and started. The controller runs with its shipped defaults (10 s heart
 timeout, SQLite store in a temp dir) except a 0.5 s assembler interval and no
 coordinator push (nothing to measure there).
 
-usage: bench/ctl_scale.py [--nms 1000] [--nms-per-instance 1] [--seconds 20]
+A second set of rows (--grouped 4, 0 = off) runs the same N node managers grouped into
+N/4 four-pod instances (DP ranks across pods, issue 15: the freshness of every member
+is checked on each transition to active), next to the single-pod rows.
+
+usage: bench/ctl_scale.py [--nms 1000] [--nms-per-instance 1] [--grouped 4] [--seconds 20]
        [--connections 32] [--json PATH]      (plug-in: motor-bench-plugin: 1)
 Use a release build (default build/motor, or MOTOR_BIN): ASan inflates CPU and RSS.
 Standard library only; binds 127.0.0.1 only; leaves nothing behind.
@@ -341,6 +345,8 @@ def main() -> int:
     ap.add_argument("--nms-per-instance", type=int, default=1)
     ap.add_argument("--seconds", type=float, default=0)
     ap.add_argument("--connections", type=int, default=32)
+    ap.add_argument("--grouped", type=int, default=4,
+                    help="also run with this many node managers per instance (0: no)")
     ap.add_argument("--motor", default=None)
     a = plugin.args(ap)
     seconds = a.seconds or (8.0 if a.quick else 20.0)
@@ -365,15 +371,41 @@ def main() -> int:
         plugin.row("ctl.scale.rss", "Controller scale", work, "controller RSS", "KiB",
                    [r["rss_kib"] for r in runs]),
     ]
+    grouped = []
+    if a.grouped > 1 and a.nms_per_instance == 1 and a.nms % a.grouped == 0:
+        for rep in range(a.reps):
+            r = asyncio.run(run_once(a.motor, a.nms, a.grouped, seconds, a.connections))
+            print(f"grouped rep {rep + 1}: {json.dumps(r)}", flush=True)
+            if r["active"] != r["instances"] or r["hb_errors"]:
+                print("warning: not every instance active / heartbeat errors", flush=True)
+            grouped.append(r)
+        gwork = (f"{a.nms} simulated node managers in {a.nms // a.grouped} {a.grouped}-pod "
+                 "instances, heartbeat 1/s")
+        peer = "the single-pod rows (same node managers, one per instance)"
+        rows += [
+            plugin.row(f"ctl.scale_{a.grouped}pod.cpu", "Controller scale", gwork,
+                       "controller CPU", "%", [r["cpu_pct"] for r in grouped],
+                       peer_name=peer, peer=[r["cpu_pct"] for r in runs],
+                       notes=[f"{a.nms} NMs, {a.grouped} per instance (DP ranks across pods)"],
+                       extra={"runs": grouped}),
+            plugin.row(f"ctl.scale_{a.grouped}pod.hb_p99", "Controller scale", gwork,
+                       "heartbeat handling p99", "ms", [r["hb_p99_ms"] for r in grouped],
+                       peer_name=peer, peer=[r["hb_p99_ms"] for r in runs]),
+            plugin.row(f"ctl.scale_{a.grouped}pod.rss", "Controller scale", gwork,
+                       "controller RSS", "KiB", [r["rss_kib"] for r in grouped],
+                       peer_name=peer, peer=[r["rss_kib"] for r in runs]),
+        ]
     plugin.emit(a, rows)
-    print("\n| metric | " + " | ".join(f"rep {i + 1}" for i in range(len(runs))) + " |")
-    print("| --- |" + " --- |" * len(runs))
+    heads = [f"rep {i + 1}" for i in range(len(runs))] + \
+        [f"{a.grouped}-pod rep {i + 1}" for i in range(len(grouped))]
+    print("\n| metric | " + " | ".join(heads) + " |")
+    print("| --- |" + " --- |" * len(heads))
     for key, name in (("cpu_pct", "controller CPU %"), ("rss_kib", "controller RSS KiB"),
                       ("hwm_kib", "controller peak RSS KiB"), ("hb_p50_ms", "heartbeat p50 ms"),
                       ("hb_p99_ms", "heartbeat p99 ms"), ("register_s", "register all, s"),
                       ("started_s", "all started, s"), ("active", "instances active")):
         print(f"| {name} | " + " | ".join(f"{r[key]:.1f}" if isinstance(r[key], float)
-                                        else str(r[key]) for r in runs) + " |")
+                                        else str(r[key]) for r in runs + grouped) + " |")
     return 0
 
 

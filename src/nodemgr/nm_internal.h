@@ -670,6 +670,8 @@ void nm_launch_handle_restart(struct nodemgr *nm, struct httpd_req *req);
 void nm_launch_handle_stop(struct nodemgr *nm, struct httpd_req *req);
 /* Load the persisted launch parameters (boot). Missing file: fine. */
 void nm_launch_restore(struct nodemgr *nm);
+/* The stop route: remove the launch-parameter file (the launch is void). */
+void nm_launch_forget(struct nodemgr *nm);
 /* Standalone boot start: synthesize a start from the config and launch. 0 or -errno. */
 int nm_launch_standalone(struct nodemgr *nm);
 /* The launch of nm->pending_start (taken): services prepared, endpoints set,

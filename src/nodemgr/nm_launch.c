@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define STATE_VERSION 1
 #define STATE_MAX_BYTES (16u << 20)
@@ -91,6 +92,18 @@ static const char *start_mismatch(const struct nm_config *cfg, const struct wire
         }
     }
     return NULL;
+}
+
+void nm_launch_forget(struct nodemgr *nm)
+{
+    if (!nm->state_path || !*nm->state_path)
+        return;
+    if (unlink(nm->state_path) == 0)
+        log_info("launch_state_cleared", LF_STR("path", nm->state_path),
+                 LF_STR("why", "stopped by the controller: the next start registers afresh"));
+    else if (errno != ENOENT)
+        log_warn("launch_state_clear_failed", LF_STR("path", nm->state_path),
+                 LF_STR("error", strerror(errno)));
 }
 
 void nm_launch_restore(struct nodemgr *nm)

@@ -298,6 +298,11 @@ static enum nm_phase_event run_action(struct nodemgr *nm, enum nm_phase_action a
         nm_ctrl_stop(nm);
         nm_arb_stop(nm);
         nm_ft_stop(nm);
+        /* ... and the launch it gave us is void: the next start (the pod rescheduled, or a
+         * supervisor restarting us with the same files) registers afresh instead of
+         * re-registering an instance the Controller deleted (a partially lost one is
+         * refused with 410 and stopped again: an endless loop otherwise). */
+        nm_launch_forget(nm);
         nm_services_stop(nm, nm_stop_grace_ms(nm), services_stopped, NULL);
         break;
     case NM_PA_EXIT_SOON:

@@ -76,9 +76,10 @@ class Fault:
 
 KINDS_CONTROLLER = ["engine_kill", "engine_stop", "worker_kill", "engine_hang", "engine_error",
                     "nm_kill", "nm_stop", "controller_kill", "controller_stop",
-                    "coordinator_kill", "coordinator_stop", "net_cut"]
+                    "coordinator_kill", "coordinator_stop", "net_cut", "relaunch_controller_kill"]
 KINDS_ETCD = KINDS_CONTROLLER + ["etcd_kill", "etcd_stop"]
-KINDS_UP = [k for k in KINDS_CONTROLLER if k != "net_cut"] + ["up_kill"]
+KINDS_UP = [k for k in KINDS_CONTROLLER if k not in ("net_cut", "relaunch_controller_kill")] + \
+    ["up_kill"]
 KINDS_STANDALONE = ["engine_kill", "engine_stop", "worker_kill", "engine_hang", "engine_error",
                     "nm_kill", "nm_stop", "coordinator_kill", "coordinator_stop"]
 
@@ -143,7 +144,7 @@ class Injector:
 
     def engine_kill(self) -> Fault:
         p, e = self._engine()
-        f = Fault("engine_kill", f"{p.role}/ep{e['id']}", 30, f"pid {e['pid']}")
+        f = Fault("engine_kill", f"{p.name}/ep{e['id']}", 30, f"pid {e['pid']}")
         self._kill(e["pid"], signal.SIGKILL)
         f.killed.append(e["pid"])
         f.replaced.append(e["pid"])
@@ -152,7 +153,7 @@ class Injector:
     def engine_stop(self) -> Fault:
         p, e = self._engine()
         dur = round(self.rng.uniform(0.5, 4.0), 1)
-        f = Fault("engine_stop", f"{p.role}/ep{e['id']}", dur + 30, f"SIGSTOP {dur}s")
+        f = Fault("engine_stop", f"{p.name}/ep{e['id']}", dur + 30, f"SIGSTOP {dur}s")
         pid = e["pid"]
         self._kill(pid, signal.SIGSTOP)
 
@@ -171,7 +172,7 @@ class Injector:
         if not kids:
             raise LookupError(f"engine {e['pid']} has no worker")
         w = self.rng.choice(kids)
-        f = Fault("worker_kill", f"{p.role}/ep{e['id']}", 30, f"worker {w} of {e['pid']}")
+        f = Fault("worker_kill", f"{p.name}/ep{e['id']}", 30, f"worker {w} of {e['pid']}")
         self._kill(w, signal.SIGKILL)
         f.killed += [w, e["pid"]]  # a dead worker takes its engine down
         f.replaced.append(e["pid"])
@@ -183,7 +184,7 @@ class Injector:
                         {"mode": "hang"}, 3)
         if st != 200:
             raise LookupError(f"hang injection refused: {st} {body}")
-        f = Fault("engine_hang", f"{p.role}/ep{e['id']}", 35, f"pid {e['pid']}")
+        f = Fault("engine_hang", f"{p.name}/ep{e['id']}", 35, f"pid {e['pid']}")
         f.replaced.append(e["pid"])  # a hung engine must be detected and replaced
         return f
 
@@ -194,7 +195,7 @@ class Injector:
         st, body = call("POST", url, {"mode": "error"}, 3)
         if st != 200:
             raise LookupError(f"error injection refused: {st} {body}")
-        f = Fault("engine_error", f"{p.role}/ep{e['id']}", dur + 25, f"inference 500 for {dur}s")
+        f = Fault("engine_error", f"{p.name}/ep{e['id']}", dur + 25, f"inference 500 for {dur}s")
         f.later.append((dur, lambda: call("POST", url, {"mode": "recover"}, 3)))
         return f
 
@@ -209,14 +210,29 @@ class Injector:
         f = Fault("nm_kill", p.daemon.name, hold + 40, f"pid {pid}, restart after {hold}s")
         f.killed += [pid, *engines]  # its engines die with it (PDEATHSIG)
         f.replaced += engines
+        f.later.append((hold, self._member_down(p)))
         return f
+
+    def _member_down(self, p) -> Callable[[], None]:
+        """A member of a multi-pod instance goes silent now; the returned action ends it
+        (the fleet's member_violations() watches the coordinator meanwhile)."""
+        p.down_since = time.monotonic()
+
+        def up() -> None:
+            p.down_since = None
+        return up
 
     def nm_stop(self) -> Fault:
         p = self._pick_pod()
-        dur = round(self.rng.uniform(0.5, 7.0), 1)
+        # multi-pod instances: also past the inactive timeout (8 s), where the instance
+        # is deleted and its survivors told to stop (exit 255), the gang restarted
+        top = 12.0 if p.multi else 7.0
+        dur = round(self.rng.uniform(0.5, top), 1)
         f = Fault("nm_stop", p.daemon.name, dur + 40, f"SIGSTOP {dur}s")
         self._must_withdraw(f, p, dur)
-        f.later.append((dur, self._stop_cont(p.daemon, dur)))
+        cont = self._stop_cont(p.daemon, dur)
+        up = self._member_down(p)
+        f.later.append((dur, lambda: (up(), cont())))
         return f
 
     # A pod whose node manager is silent longer than the controller's heartbeat timeout
@@ -232,25 +248,37 @@ class Injector:
         if not ids:
             return
         iid = ids[0]
-        seen = {"withdrawn": False, "samples": 0}
+        seen = {"withdrawn": False, "samples": 0, "flapped": 0}
+        t_end = time.monotonic() + dur
 
         def watch() -> None:
-            if seen["withdrawn"]:
+            # the fault's own duration only: after it the member is back and routing the
+            # instance again is what must happen
+            if time.monotonic() >= t_end - 0.3:
                 return
             coord = self.fleet.coordinator_instances()
             if coord is None:
                 return
             seen["samples"] += 1
-            if not any(i.get("id") == iid and i.get("status") == "active"
-                       and i.get("pool") == "available" for i in coord):
+            routed = any(i.get("id") == iid and i.get("status") == "active"
+                         and i.get("pool") == "available" for i in coord)
+            if not routed:
                 seen["withdrawn"] = True
+            elif seen["withdrawn"]:
+                # withdrawn, then routed again while its node manager is still silent: a
+                # peer's heartbeat flipped it back (seed 001's flapping)
+                seen["flapped"] += 1
 
         def verdict(others: bool) -> list[str]:
             self.run.noticed[f.kind][0 if seen["withdrawn"] else 1] += 1
+            out = []
+            if seen["flapped"] and not others:
+                out.append(f"VIOLATION {p.job} (instance {iid}) routed again "
+                           f"({seen['flapped']} sample(s)) while {p.daemon.name} was silent")
             if dur < self.NOTICE_AFTER or others or seen["withdrawn"] or not seen["samples"]:
-                return []
-            return [f"VIOLATION {p.job} (instance {iid}) still routed by the coordinator "
-                    f"after {dur}s without its node manager"]
+                return out
+            return out + [f"VIOLATION {p.job} (instance {iid}) still routed by the coordinator "
+                          f"after {dur}s without its node manager"]
         f.watch, f.verdict = watch, verdict
 
     def controller_kill(self) -> Fault:
@@ -298,6 +326,41 @@ class Injector:
                            f"endpoints {eb} -> {ea}")
         return out
 
+    def relaunch_controller_kill(self) -> Fault:
+        """SIGKILL an engine of one pod of the multi-pod instance, and the controller
+        while it relaunches the instance's engines on both pods: the restarted controller
+        must finish (or redo) the recovery from its store."""
+        pods = [p for p in self.fleet.pods if p.multi]
+        if not pods or self.fleet.mode != "controller":
+            raise LookupError("no multi-pod instance in this fleet")
+        p = self.rng.choice(pods)
+        eps = [e for e in (self.fleet.engines(p) or {}).get("endpoints", [])
+               if e.get("pid") and e.get("alive") and self._ours(e["pid"])]
+        if not eps:
+            raise LookupError(f"{p.daemon.name} has no live engine")
+        e = self.rng.choice(eps)
+        ids = [i["id"] for i in (self.fleet.controller_instances() or [])
+               if i.get("job_name") == p.job]
+        self._kill(e["pid"], signal.SIGKILL)
+
+        def relaunching() -> bool:
+            for i in self.fleet.controller_instances() or []:
+                if i.get("id") in ids and i.get("strategy"):
+                    return True
+            return False
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline and not relaunching():
+            time.sleep(0.05)
+        seen = relaunching()
+        hold = round(self.rng.uniform(0.2, 2.0), 1)
+        pid = self.fleet.controller.kill(hold)
+        f = Fault("relaunch_controller_kill", f"{p.name}/ep{e['id']}", hold + 60,
+                  f"engine {e['pid']}, controller {pid} killed "
+                  f"{'mid-relaunch' if seen else '(relaunch not seen yet)'}, restart after {hold}s")
+        f.killed += [e["pid"], pid]
+        f.replaced.append(e["pid"])
+        return f
+
     def controller_stop(self) -> Fault:
         dur = round(self.rng.uniform(0.5, 4.0), 1)
         f = Fault("controller_stop", "controller", dur + 30, f"SIGSTOP {dur}s")
@@ -332,10 +395,30 @@ class Injector:
         f.later.append((dur, self._stop_cont(d, dur)))
         return f
 
+    etcd_turn = 0
+
+    def _etcd_member(self) -> tuple[Daemon, str]:
+        """The member to hit: the only one, or in a 3-member cluster the leader and a
+        follower in turn (the leader first)."""
+        fl = self.fleet
+        if len(fl.etcds) < 2:
+            return fl.etcd, "etcd"
+        leader = fl.etcd_leader()
+        Injector.etcd_turn += 1
+        if leader is None:
+            d = self.rng.choice([d for d in fl.etcds if d.alive() and not d.stopped]
+                                or fl.etcds)
+            return d, f"{d.name} (no leader seen)"
+        if Injector.etcd_turn % 2 == 1:
+            return leader, f"{leader.name} (leader)"
+        d = self.rng.choice([d for d in fl.etcds if d is not leader])
+        return d, f"{d.name} (follower)"
+
     def etcd_kill(self) -> Fault:
         hold = round(self.rng.uniform(0.2, 2.0), 1)
-        pid = self.fleet.etcd.kill(hold)
-        f = Fault("etcd_kill", "etcd", hold + 35, f"restart after {hold}s")
+        d, what = self._etcd_member()
+        pid = d.kill(hold)
+        f = Fault("etcd_kill", what, hold + 35, f"restart after {hold}s")
         f.killed.append(pid)
         return f
 
@@ -343,8 +426,9 @@ class Injector:
         # up to a little past the controller's lease (4 s): the leader must step down
         # and come back, not serve on without its lock
         dur = round(self.rng.uniform(0.5, 5.0), 1)
-        f = Fault("etcd_stop", "etcd", dur + 35, f"SIGSTOP {dur}s")
-        f.later.append((dur, self._stop_cont(self.fleet.etcd, dur)))
+        d, what = self._etcd_member()
+        f = Fault("etcd_stop", what, dur + 35, f"SIGSTOP {dur}s")
+        f.later.append((dur, self._stop_cont(d, dur)))
         return f
 
     def up_kill(self) -> Fault:
@@ -385,7 +469,8 @@ class Injector:
         if net.kind == "netns":  # the proxy only cuts NM -> controller: probes still work
             self._must_withdraw(f, p, dur)
         net.cut(p.g)
-        f.later.append((dur, lambda: net.heal(p.g)))
+        up = self._member_down(p) if net.kind == "netns" else (lambda: None)
+        f.later.append((dur, lambda: (up(), net.heal(p.g))))
         return f
 
 
@@ -470,14 +555,15 @@ class Run:
 
     def run_mode(self, mode: str, net, deadline: float, max_rounds: int) -> None:
         run_dir = self.dir
-        store = "etcd" if mode in ("etcd", "ha") else "sqlite"
+        store = "etcd" if mode in ("etcd", "ha", "etcd3") else "sqlite"
         if mode == "up":
             from chaos_up import UpFleet
             fleet: Fleet = UpFleet(self.run_id, run_dir, net, log=log, tls=self.args.tls)
         else:
             fleet = Fleet("standalone" if mode == "standalone" else "controller", self.run_id,
                           run_dir, net, workers=1, log=log, store=store,
-                          coordinators=2 if mode == "ha" else 1)
+                          coordinators=2 if mode == "ha" else 1,
+                          etcd_members=3 if mode == "etcd3" else 1)
         client: Optional[Client] = None
         info: dict[str, Any] = {"mode": mode, "rounds": 0}
         try:
@@ -496,6 +582,7 @@ class Run:
             queue: list[str] = []
             # the faults this fleet exists for come first (pop() takes from the end)
             first_cycle = {"etcd": ["etcd_kill", "etcd_stop", "controller_kill"],
+                           "etcd3": ["etcd_kill", "etcd_stop", "controller_kill"],
                            "ha": ["coordinator_kill", "coordinator_stop", "etcd_stop"]
                            }.get(mode, [])
             r = 0
@@ -552,7 +639,7 @@ class Run:
         timeline: list[tuple[float, Callable[[], None]]] = []
         # A supervisor must never make a failure worse: losing the controller or the
         # coordinator for a while must not restart a single engine.
-        engines_before = {p.role: fleet.engine_pids(p) for p in fleet.pods}
+        engines_before = {p.name: fleet.engine_pids(p) for p in fleet.pods}
         state_before = _active_state(fleet) if fleet.mode == "controller" else None
         start = time.monotonic()
         for i, kind in enumerate(kinds):
@@ -573,6 +660,16 @@ class Run:
             return True
         log(f"round {r}: {', '.join(map(repr, faults))}")
         watches = [f.watch for f in faults if f.watch]
+        member_seen: set[str] = set()
+
+        def members() -> None:  # issue 15: never a routable instance with a silent member
+            for v in fleet.member_violations():
+                key = v.split(" while ")[0]
+                if key not in member_seen:
+                    member_seen.add(key)
+                    self.violate(f"round {r}: {v}")
+        if fleet.mode == "controller":
+            watches.append(members)
         for at, fn in sorted(timeline, key=lambda x: x[0]):
             while True:  # the fault's own duration: sample the fleet meanwhile
                 left = at - time.monotonic()
@@ -606,7 +703,7 @@ class Run:
             self.recovered[f.kind] += 1
             self.recovery_s[f.kind].append(total)
         if all(f.control_plane for f in faults):
-            after = {p.role: fleet.engine_pids(p) for p in fleet.pods}
+            after = {p.name: fleet.engine_pids(p) for p in fleet.pods}
             if after != engines_before:
                 self.violate(f"round {r}: {faults} restarted engines: {engines_before} -> {after}")
             else:
@@ -636,18 +733,20 @@ class Run:
         log(f"chaos run {self.run_id}: seed {a.seed}, modes {a.mode}, net {net.kind} ({why}), "
             f"dir {self.dir}")
         modes = {"both": ["controller", "standalone"],
-                 "all": ["controller", "etcd", "ha", "standalone", "up"]}.get(a.mode)
+                 "all": ["controller", "etcd", "etcd3", "ha", "standalone", "up"]}.get(a.mode)
         if modes is None:
             modes = [m for m in a.mode.split(",") if m]
-        bad = [m for m in modes if m not in ("controller", "etcd", "ha", "standalone", "up")]
+        bad = [m for m in modes
+               if m not in ("controller", "etcd", "etcd3", "ha", "standalone", "up")]
         if bad:
             raise SystemExit(f"unknown --mode {bad}")
-        for needs_etcd in ("etcd", "ha"):
+        for needs_etcd in ("etcd", "etcd3", "ha"):
             if needs_etcd in modes and not shutil.which("etcd"):
                 self.notes.append(f"etcd not installed: the {needs_etcd} fleet was skipped")
                 modes.remove(needs_etcd)
         # time (and rounds) per fleet: the controller fleets have more kinds of faults
-        weight = {"controller": 0.45, "etcd": 0.25, "ha": 0.3, "standalone": 0.3, "up": 0.3}
+        weight = {"controller": 0.45, "etcd": 0.2, "etcd3": 0.25, "ha": 0.3, "standalone": 0.3,
+                  "up": 0.3}
         end = time.monotonic() + a.duration
         try:
             n_pods = len(Fleet.PODS)
@@ -659,7 +758,7 @@ class Run:
                 left = end - time.monotonic()
                 deadline = time.monotonic() + left * share
                 rounds = max(1, round((a.rounds - self.rounds) * share))
-                use_net = (net if mode in ("controller", "etcd", "ha")
+                use_net = (net if mode in ("controller", "etcd", "etcd3", "ha")
                            else _root_net(net, self.run_id))
                 self.run_mode(mode, use_net, deadline, rounds)
         finally:
@@ -746,9 +845,11 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     ap.add_argument("--duration", type=float, default=600, help="seconds of fault rounds")
     ap.add_argument("--mode", default=None,
                     help="fleets to run, comma-separated: controller (SQLite store), etcd "
-                    "(controller with the etcd store), ha (etcd store and two coordinators, "
+                    "(controller with the etcd store), etcd3 (the etcd store on a 3-member "
+                    "cluster: its leader and a follower killed in turn), ha (etcd store and "
+                    "two coordinators, "
                     "master and standby, behind a Service), standalone (no controller), up "
-                    "(`motor up` supervises); both = controller,standalone; all = the five "
+                    "(`motor up` supervises); both = controller,standalone; all = the six "
                     "(default; --short: controller,ha,standalone)")
     ap.add_argument("--net", choices=["auto", "netns", "proxy", "none"], default="auto")
     ap.add_argument("--clients", type=int, default=3, help="client threads")

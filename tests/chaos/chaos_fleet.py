@@ -329,11 +329,16 @@ class Supervisor(threading.Thread):
 
 
 class Pod:
-    def __init__(self, g: int, role: str, dp: int, job: str):
+    def __init__(self, g: int, role: str, dp: int, job: str, local: int = 0, name: str = ""):
         self.g = g
         self.role = role
-        self.dp = dp
+        self.dp = dp  # the instance's data_parallel_size
+        self.local = local or dp  # the DP ranks this pod hosts (its device_num)
+        self.name = name or role
         self.job = job
+        # multi-pod instances: since when the driver keeps this pod's node manager silent
+        # (SIGSTOP, SIGKILL, partition), None when it is not
+        self.down_since: Optional[float] = None
         self.ip = ""
         self.nm_port = 0
         self.base_port = 0
@@ -347,30 +352,43 @@ class Pod:
         return f"{scheme()}://{self.ip}:{self.nm_port}"
 
     def engine_ports(self) -> list[int]:
-        return [self.base_port + 2 * i for i in range(self.dp)]
+        return [self.base_port + 2 * i for i in range(self.local)]
+
+    @property
+    def multi(self) -> bool:
+        return self.local < self.dp
 
     def addrs(self) -> list[str]:
         return [f"{self.ip}:{p}" for p in self.engine_ports()]
 
 
 class Fleet:
-    PODS = [("prefill", 1, "chaos-prefill"), ("decode", 1, "chaos-decode"),
-            ("union", 2, "chaos-union")]
+    # (role, data_parallel_size, job, ranks on this pod, name). chaos-ep is a multi-pod
+    # instance (issue 15): its two DP ranks on two node managers, one rank each, as the
+    # large MoE/EP instances Motor exists for (DP ranks across pods, one node manager per
+    # pod). Controller fleets only: without a controller nothing assembles it.
+    PODS = [("prefill", 1, "chaos-prefill", 1, "prefill"), ("decode", 1, "chaos-decode", 1, "decode"),
+            ("union", 2, "chaos-union", 2, "union"), ("union", 2, "chaos-ep", 1, "ep0"),
+            ("union", 2, "chaos-ep", 1, "ep1")]
 
     def __init__(self, mode: str, run_id: str, run_dir: Path, net, workers: int = 1,
                  log: Callable[..., None] = print, store: str = "sqlite",
-                 coordinators: int = 1):
+                 coordinators: int = 1, etcd_members: int = 1):
         self.mode = mode
         self.store = store  # controller mode: sqlite | etcd
         self.n_coordinators = coordinators  # 2: master/standby on etcd behind a Service
         self.coordinators: list[Daemon] = []
         self.coord_ports: list[tuple[int, int]] = []  # (infer, mgmt) of each
         self.services: list[Any] = []
-        self.etcd: Optional[Daemon] = None
+        self.etcd: Optional[Daemon] = None  # the first member
+        self.etcds: list[Daemon] = []  # every member (3: the etcd3 fleet)
+        self.etcd_urls: list[str] = []
+        self.etcd_members = etcd_members
         self.etcd_url = ""
         self.run_id = run_id
-        self.dir = run_dir / (mode if store == "sqlite" else f"{mode}-{store}"
-                              if coordinators == 1 else f"{mode}-ha")
+        self.dir = run_dir / (mode if store == "sqlite" else
+                              f"{mode}-etcd3" if etcd_members > 1 else
+                              f"{mode}-{store}" if coordinators == 1 else f"{mode}-ha")
         self.dir.mkdir(parents=True, exist_ok=True)
         self.log_dir = self.dir / "logs"
         self.log_dir.mkdir(exist_ok=True)
@@ -378,7 +396,9 @@ class Fleet:
         self.workers = workers
         self.log = log
         self.bin = motorlib.motor_bin()
-        self.pods = [Pod(g, r, dp, job) for g, (r, dp, job) in enumerate(self.PODS)]
+        self.pods = [Pod(g, r, dp, job, local, name)
+                     for g, (r, dp, job, local, name) in enumerate(self.PODS)
+                     if mode == "controller" or local == dp]
         self.daemons: list[Daemon] = []
         self.controller: Optional[Daemon] = None
         self.coordinator: Optional[Daemon] = None
@@ -419,7 +439,7 @@ class Fleet:
                 "store_config": ({"backend": "sqlite",
                                   "sqlite_path": str(self.dir / "controller.db")}
                                  if self.store == "sqlite" else
-                                 {"backend": "etcd", "etcd_endpoints": [self.etcd_url],
+                                 {"backend": "etcd", "etcd_endpoints": list(self.etcd_urls),
                                   "etcd_prefix": f"/motor-chaos/{self.run_id}/",
                                   "etcd_lease_ttl": 4, "etcd_timeout": 2,
                                   "leader_retry_interval": 1}),
@@ -466,13 +486,13 @@ class Fleet:
         if self.workers:
             ec["workers"] = self.workers
         if pod.dp > 1:
-            ec["data_parallel_rpc_port"] = pod.rpc_port
+            ec["data_parallel_rpc_port"] = pod.rpc_port  # one per job: the pods meet there
         standalone = self.mode == "standalone"
         block: dict[str, Any] = {
             "api_config": {"pod_ip": pod.ip, "node_manager_port": pod.nm_port},
             "endpoint_config": {"base_port": pod.base_port},
             "basic_config": {"job_name": pod.job, "heartbeat_interval_seconds": 0.5,
-                             "daemon_loop_interval": 1, "device_num": pod.dp},
+                             "daemon_loop_interval": 1, "device_num": pod.local},
             # suicide allowed (exit 255 = "restart this pod"; the supervisor does): also
             # standalone, where the local restart policy only restarts *dead* engines —
             # a hung engine or a DP survivor left unhealthy needs the pod restart
@@ -498,7 +518,7 @@ class Fleet:
                    "fault_tolerance_config": {"enable_fault_tolerance": True,
                                               "enable_engine_relaunch": True}},
                f"motor_engine_{pod.role}_config": sec}
-        path = self.dir / f"nm-{pod.role}.json"
+        path = self.dir / f"nm-{pod.name}.json"
         path.write_text(json.dumps(cfg, indent=1))
         return str(path)
 
@@ -519,11 +539,13 @@ class Fleet:
             p.ip = self.net.pod_ip(p.g)
             if self.net.in_root_ns(p.g):
                 p.nm_port = motorlib.free_port()
-                p.base_port = _free_run(p.dp)
-                p.rpc_port = motorlib.free_port()
+                p.base_port = _free_run(p.local)
+                # the pods of one instance share its DP RPC port (rank 0's pod serves it)
+                same = [q for q in self.pods if q.job == p.job and q.rpc_port and q is not p]
+                p.rpc_port = same[0].rpc_port if same else motorlib.free_port()
             else:  # a namespace of its own: any ports will do
                 p.nm_port, p.base_port, p.rpc_port = 3026, 10000, 19000
-            p.state_path = str(self.dir / f"nm-{p.role}.state.json")
+            p.state_path = str(self.dir / f"nm-{p.name}.state.json")
         del root_pods
         self.coord_port = motorlib.free_port()
         self.coord_mgmt = motorlib.free_port()
@@ -565,12 +587,14 @@ class Fleet:
             p.cfg_path = self._nm_cfg(p)
             argv = [self.bin, "node-manager", "--config", p.cfg_path, "--port", str(p.nm_port),
                     "--state-file", p.state_path]
-            p.daemon = Daemon(self, f"nm-{p.role}", "nm",
+            p.daemon = Daemon(self, f"nm-{p.name}", "nm",
                               (lambda a=argv, g=p.g: self.net.wrap(g, a)), "nm_listening",
                               env={"ROLE": p.role})
             self.daemons.append(p.daemon)
-        if self.etcd:
-            self.etcd.start()
+        for d in self.etcds:
+            d.start(wait=False)
+        for d in self.etcds:
+            d.wait_ready(d.proc, 30)
         if self.controller:
             self.controller.start()
         for d in self.coordinators:
@@ -596,25 +620,47 @@ class Fleet:
 
     def _add_etcd(self) -> None:
         """etcd on 127.0.0.1 (same data directory across restarts: its own durability is
-        what a controller restart relies on)."""
+        what a controller restart relies on); etcd_members 3: a cluster, the controller
+        given every member's URL."""
         exe = shutil.which("etcd")
         if not exe:
             raise RuntimeError("etcd not installed (scripts/deps.sh installs etcd-server)")
-        cport, pport = motorlib.free_port(), motorlib.free_port()
-        cu, pu = f"http://127.0.0.1:{cport}", f"http://127.0.0.1:{pport}"
-        data = self.dir / "etcd-data"
-        self.etcd_url = cu
-        argv = [exe, "--name", "chaos", "--data-dir", str(data),
-                "--listen-client-urls", cu, "--advertise-client-urls", cu,
-                "--listen-peer-urls", pu, "--initial-advertise-peer-urls", pu,
-                "--initial-cluster", f"chaos={pu}", "--heartbeat-interval=20",
-                "--election-timeout=200"]
+        n = self.etcd_members
+        ports = [(motorlib.free_port(), motorlib.free_port()) for _ in range(n)]
+        names = ["chaos"] if n == 1 else [f"chaos{k}" for k in range(n)]
+        cluster = ",".join(f"{nm}=http://127.0.0.1:{pp}" for nm, (_, pp) in zip(names, ports))
+        for k, (cport, pport) in enumerate(ports):
+            cu, pu = f"http://127.0.0.1:{cport}", f"http://127.0.0.1:{pport}"
+            data = self.dir / ("etcd-data" if n == 1 else f"etcd{k}-data")
+            self.etcd_urls.append(cu)
+            argv = [exe, "--name", names[k], "--data-dir", str(data),
+                    "--listen-client-urls", cu, "--advertise-client-urls", cu,
+                    "--listen-peer-urls", pu, "--initial-advertise-peer-urls", pu,
+                    "--initial-cluster", cluster, "--initial-cluster-token",
+                    f"chaos-{self.run_id}", "--heartbeat-interval=20", "--election-timeout=200"]
 
-        def healthy() -> bool:
-            st, body = call("GET", cu + "/health", timeout=1)
-            return st == 200 and isinstance(body, dict) and body.get("health") == "true"
-        self.etcd = Daemon(self, "etcd", "etcd", lambda: argv, healthy)
-        self.daemons.append(self.etcd)
+            def healthy(cu=cu) -> bool:
+                if n > 1:  # a member alone has no quorum yet: answering is enough here
+                    return call("GET", cu + "/version", timeout=1)[0] == 200
+                st, body = call("GET", cu + "/health", timeout=1)
+                return st == 200 and isinstance(body, dict) and body.get("health") == "true"
+            d = Daemon(self, "etcd" if n == 1 else f"etcd-{k}", "etcd",
+                       (lambda a=argv: a), healthy)
+            self.etcds.append(d)
+            self.daemons.append(d)
+        self.etcd = self.etcds[0]
+        self.etcd_url = self.etcd_urls[0]
+
+    def etcd_leader(self) -> Optional[Daemon]:
+        """The member that leads the cluster now (etcd's maintenance status), or None."""
+        for d, url in zip(self.etcds, self.etcd_urls):
+            if not d.alive() or d.stopped:
+                continue
+            st, body = call("POST", url + "/v3/maintenance/status", {}, timeout=1)
+            if st == 200 and isinstance(body, dict) and \
+                    body.get("leader") and body.get("header", {}).get("member_id") == body["leader"]:
+                return d
+        return None
 
     @property
     def infer_url(self) -> str:
@@ -700,8 +746,8 @@ class Fleet:
                 problems.append(f"{p.daemon.name}: API unreachable")
                 continue
             eps = v.get("endpoints", [])
-            if len(eps) != p.dp:
-                problems.append(f"{p.daemon.name}: {len(eps)} endpoints, want {p.dp}")
+            if len(eps) != p.local:
+                problems.append(f"{p.daemon.name}: {len(eps)} endpoints, want {p.local}")
             for e in eps:
                 if e.get("pid") in replaced:
                     problems.append(f"{p.daemon.name}: endpoint {e.get('id')} still runs "
@@ -736,19 +782,23 @@ class Fleet:
         if insts is None:
             return ["controller: /controller/instances unreachable"]
         active: dict[str, int] = {}
-        for p in self.pods:
-            mine = [i for i in insts if i.get("job_name") == p.job]
+        for job, pods in self.jobs().items():
+            mine = [i for i in insts if i.get("job_name") == job]
             act = [i for i in mine if i.get("status") == "active"]
             if len(act) != 1:
-                out.append(f"controller: {p.job} has {len(act)} active instance(s) "
+                out.append(f"controller: {job} has {len(act)} active instance(s) "
                            f"({[(i.get('id'), i.get('status')) for i in mine]})")
                 continue
-            active[p.job] = act[0]["id"]
+            active[job] = act[0]["id"]
             eps = sorted(f"{e.get('ip')}:{e.get('business_port')}"
                          for nm in act[0].get("node_managers", [])
                          for e in nm.get("endpoints", []))
-            if eps != sorted(p.addrs()):
-                out.append(f"controller: {p.job} endpoints {eps}, want {sorted(p.addrs())}")
+            want = sorted(a for p in pods for a in p.addrs())
+            if eps != want:
+                out.append(f"controller: {job} endpoints {eps}, want {want}")
+            if len(act[0].get("node_managers", [])) != len(pods):
+                out.append(f"controller: {job} has {len(act[0].get('node_managers', []))} node "
+                           f"manager(s), want {len(pods)}")
         if out:
             return out
         coord = self.coordinator_instances()
@@ -760,6 +810,42 @@ class Fleet:
         if routable != want:
             out.append(f"coordinator routes {sorted(routable)}, controller has active "
                        f"{sorted(want)}")
+        return out
+
+    def jobs(self) -> dict[str, list[Pod]]:
+        out: dict[str, list[Pod]] = {}
+        for p in self.pods:
+            out.setdefault(p.job, []).append(p)
+        return out
+
+    # A multi-pod instance must leave the coordinator when one of its node managers is
+    # silent longer than the controller's heartbeat timeout (3 s) + probe (1 s), with room
+    # for the check interval and the push: after this, routing it is a violation.
+    MEMBER_GRACE = 6.0
+
+    def member_violations(self) -> list[str]:
+        """The partial-loss invariant, sampled continuously: the coordinator never holds
+        a routable multi-pod instance one of whose node managers the driver has kept
+        silent for longer than MEMBER_GRACE."""
+        now = time.monotonic()
+        down = {}
+        for p in self.pods:
+            if p.multi and p.down_since is not None and now - p.down_since > self.MEMBER_GRACE:
+                down.setdefault(p.job, []).append(p)
+        if not down or self.mode != "controller":
+            return []
+        coord = self.coordinator_instances()
+        insts = self.controller_instances()
+        if coord is None or insts is None:
+            return []
+        ids = {i["id"]: i.get("job_name") for i in insts}
+        out = []
+        for i in coord:
+            job = ids.get(i.get("id"))
+            if job in down and i.get("status") == "active" and i.get("pool") == "available":
+                out.append(f"VIOLATION coordinator routes {job} (instance {i.get('id')}) while "
+                           f"{['nm-' + p.name for p in down[job]]} silent for "
+                           f"{now - min(p.down_since for p in down[job]):.1f}s")
         return out
 
     def master(self) -> Optional[Daemon]:
@@ -915,8 +1001,8 @@ class Fleet:
             t.start()
         for t in threads:
             t.join(25)
-        if self.etcd:
-            self.etcd.stop_gracefully(10)
+        for d in self.etcds:
+            d.stop_gracefully(10)
         if self.oracle:
             self.oracle.stop(5)
             self.oracle.close()

@@ -251,3 +251,27 @@ def test_client_flags_corruption(mode, stream, outcome, kind):
             assert snap["violations"] == []
     finally:
         f.close()
+
+
+def test_member_check_flags_a_routable_instance_with_a_silent_member(tmp_path):
+    """The partial-loss invariant can fail: a multi-pod instance the coordinator routes
+    while the driver has kept one of its node managers silent past the grace is a
+    violation; within the grace, withdrawn, or a single-pod instance, it is not."""
+    fleet = chaos_fleet.Fleet("controller", "t", tmp_path, NoNet("t"))
+    ep0 = [p for p in fleet.pods if p.name == "ep0"][0]
+    assert ep0.multi and ep0.job == "chaos-ep"
+    views = {"coord": [{"id": 7, "status": "active", "pool": "available"}],
+             "ctl": [{"id": 7, "job_name": "chaos-ep"}]}
+    fleet.coordinator_instances = lambda: views["coord"]
+    fleet.controller_instances = lambda: views["ctl"]
+    assert fleet.member_violations() == []  # nobody silent
+    ep0.down_since = time.monotonic() - 2
+    assert fleet.member_violations() == []  # within the grace (timeout + probe)
+    ep0.down_since = time.monotonic() - 10
+    v = fleet.member_violations()
+    assert len(v) == 1 and v[0].startswith("VIOLATION coordinator routes chaos-ep (instance 7)")
+    views["coord"][0]["status"] = "inactive"
+    assert fleet.member_violations() == []  # withdrawn
+    # the standalone fleet has no multi-pod instance
+    assert not [p for p in chaos_fleet.Fleet("standalone", "t", tmp_path, NoNet("t")).pods
+                if p.multi]

@@ -15,6 +15,7 @@ frozen with SIGSTOP while its peer keeps heartbeating.
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 
@@ -92,6 +93,9 @@ def test_silent_member_keeps_the_instance_out_until_replaced(procs, tmpdir_path,
     assert any(s["member"].endswith(f":{b.port}") for s in
                c.proc.find_events("partial_loss_survivor_stop", instance_id=iid))
     assert b.proc.wait(15) == 255
+    # its launch is void: the state file is gone, a restart registers afresh
+    argv = b.proc.argv
+    assert not os.path.exists(argv[argv.index("--state-file") + 1])
     assert iid not in coord.routable()
     # The orchestrator replaces the pod group: both pods start again with their files.
     a.proc.kill()
