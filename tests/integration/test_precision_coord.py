@@ -64,17 +64,17 @@ def test_sampled_answers_are_byte_identical(procs, tmpdir_path):
             c.set_instances([ext_instance(1, "union", s)])
         msgs = [{"role": "user", "content": "tell me about the sea"}]
         cases = [
-            ("/v1/chat/completions", {"model": "m", "messages": msgs, "max_tokens": 20}),
-            ("/v1/chat/completions", {"model": "m", "messages": msgs, "max_tokens": 20,
+            ("/v1/chat/completions", {"model": "m", "messages": msgs, "max_tokens": 32}),
+            ("/v1/chat/completions", {"model": "m", "messages": msgs, "max_tokens": 32,
                                       "logprobs": True}),
-            ("/v1/chat/completions", {"model": "m", "messages": msgs, "max_tokens": 20,
+            ("/v1/chat/completions", {"model": "m", "messages": msgs, "max_tokens": 32,
                                       "logprobs": True, "top_logprobs": 2}),
-            ("/v1/chat/completions", {"model": "m", "messages": msgs, "max_tokens": 20,
+            ("/v1/chat/completions", {"model": "m", "messages": msgs, "max_tokens": 32,
                                       "logprobs": True, "top_logprobs": 8}),
-            ("/v1/completions", {"model": "m", "prompt": "the sea is", "max_tokens": 20}),
-            ("/v1/completions", {"model": "m", "prompt": "the sea is", "max_tokens": 20,
+            ("/v1/completions", {"model": "m", "prompt": "the sea is", "max_tokens": 32}),
+            ("/v1/completions", {"model": "m", "prompt": "the sea is", "max_tokens": 32,
                                  "logprobs": 1}),
-            ("/v1/completions", {"model": "m", "prompt": "the sea is", "max_tokens": 20,
+            ("/v1/completions", {"model": "m", "prompt": "the sea is", "max_tokens": 32,
                                  "logprobs": 0, "return_tokens_as_token_ids": True}),
         ]
         before = samples(sampled)
