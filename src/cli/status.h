@@ -2,7 +2,7 @@
  *
  * `motor status` and the live view of `motor up` share it: an asynchronous fetch of the
  * documents that describe a fleet (controller: GET /controller/instances,
- * /controller/fault_tolerance/status and /controller/precision/alarms?active=true;
+ * /controller/fault_tolerance/status and /controller/precision/alarms;
  * coordinator management port: GET /instances and /metrics), a pure function that turns them into
  * one normalized model (a JSON object, which is also what `motor status --json` prints), a health
  * verdict, and a text renderer.
@@ -17,6 +17,8 @@
  *                     inflight_requests}]}],
  *    "alarms":      [{alarm_id, alarm_name, d_instance_id, p_instance_id, moi,
  *                     raised_at_ms}]  (active precision alarms; each is a problem too),
+ *    "recent_alarms": [{alarm_id, d_instance_id, moi, cleared_by, cleared_at_ms}]
+ *                    (the last cleared ones, newest first; not problems),
  *    "problems":    ["instance 2 (decode) is inactive", ...],
  *    "healthy":     bool}
  * A side that was not asked (URL NULL) is {"url": null, "reachable": false} and causes

@@ -608,7 +608,8 @@ static void test_model(void **state)
                        " null, \"moi\": \"service name=Coordinator, service ip=10.0.0.9, "
                        "instanceId=1\", \"raised_at_ms\": 5, \"alarm\": {\"alarm_id\": "
                        "\"0xFC001009\", \"alarm_name\": \"Precision Anomaly Alarm\"}}], "
-                       "\"recent\": []}");
+                       "\"recent\": [{\"d_instance_id\": 7, \"moi\": \"m7\", \"cleared_by\": "
+                       "\"auto_recovery\", \"alarm\": {\"alarm_id\": \"0xFC001009\"}}]}");
     m = status_model(&t, &d, 1000.0);
     assert_false(status_model_healthy(m));
     json_t *al = json_array_get(json_object_get(m, "alarms"), 0);
@@ -620,6 +621,10 @@ static void test_model(void **state)
     status_render(&sb, m);
     assert_non_null(strstr(strbuf_str(&sb), "ACTIVE ALARMS (controller)"));
     assert_non_null(strstr(strbuf_str(&sb), "service ip=10.0.0.9, instanceId=1"));
+    assert_non_null(strstr(strbuf_str(&sb), "RECENTLY CLEARED ALARMS (controller)"));
+    assert_non_null(strstr(strbuf_str(&sb), "auto_recovery"));
+    assert_int_equal(json_array_size(json_object_get(m, "recent_alarms")), 1);
+    assert_int_equal(json_array_size(json_object_get(m, "problems")), 1); /* recent: none */
     strbuf_release(&sb);
     json_decref(m);
     json_decref(d.ctl_prec);
