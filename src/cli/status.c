@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#define STATUS_RECENT_ALARMS 5 /* cleared precision alarms shown */
 #define STATUS_MAX_JSON (8u << 20)
 #define STATUS_MAX_METRICS (4u << 20)
 #define STATUS_DEFAULT_TIMEOUT_MS 3000
@@ -141,7 +142,7 @@ double status_metric_sum(const char *text, const char *name)
 
 /* ---- fetch ------------------------------------------------------------------------ */
 
-enum { F_CTL_INST = 0, F_CTL_FT, F_COORD_INST, F_COORD_METRICS, F_COUNT };
+enum { F_CTL_INST = 0, F_CTL_FT, F_CTL_PREC, F_COORD_INST, F_COORD_METRICS, F_COUNT };
 
 struct fetch_slot {
     struct status_fetch *f;
@@ -165,6 +166,7 @@ void status_docs_release(struct status_docs *d)
         return;
     json_decref(d->ctl_instances);
     json_decref(d->ctl_ft);
+    json_decref(d->ctl_prec);
     json_decref(d->coord_instances);
     free(d->ctl_error);
     free(d->coord_error);
@@ -214,6 +216,9 @@ static void fetch_done(const struct httpc_response *resp, void *arg)
     case F_CTL_FT:
         f->docs.ctl_ft = doc;
         break;
+    case F_CTL_PREC:
+        f->docs.ctl_prec = doc;
+        break;
     case F_COORD_INST:
         f->docs.coord_instances = doc;
         f->docs.coord_error = err;
@@ -259,6 +264,8 @@ struct status_fetch *status_fetch_start(struct httpc *hc, const struct status_ta
         todo[n++] =
             (struct fetch_todo){F_CTL_INST, f->ctl, "/controller/instances", STATUS_MAX_JSON, NULL};
         todo[n++] = (struct fetch_todo){F_CTL_FT, f->ctl, "/controller/fault_tolerance/status",
+                                        STATUS_MAX_JSON, NULL};
+        todo[n++] = (struct fetch_todo){F_CTL_PREC, f->ctl, "/controller/precision/alarms",
                                         STATUS_MAX_JSON, NULL};
     }
     if (f->coord) {
@@ -676,9 +683,52 @@ json_t *status_model(const struct status_targets *t, const struct status_docs *d
     if (co_ok && !t->controller && json_array_size(pools) == 0)
         problem(problems, "the coordinator has no instance");
 
+    /* active precision alarms: an engine that answers garbage is a problem however
+     * healthy its process looks; the last cleared ones are shown, not problems */
+    json_t *alarms = json_array();
+    json_t *recent_alarms = json_array();
+    json_t *act = ctl_ok ? json_object_get(d->ctl_prec, "active") : NULL;
+    json_t *rec = ctl_ok ? json_object_get(d->ctl_prec, "recent") : NULL;
+    json_array_foreach(json_is_array(rec) ? rec : NULL, i, in)
+    {
+        if (i >= STATUS_RECENT_ALARMS)
+            break;
+        const json_t *al = json_object_get(in, "alarm");
+        int64_t did = -1, at = 0;
+        json_int_of(json_object_get(in, "d_instance_id"), &did);
+        json_int_of(json_object_get(in, "cleared_at_ms"), &at);
+        json_array_append_new(
+            recent_alarms,
+            json_pack("{s:s,s:I,s:s,s:s,s:I}", "alarm_id", str_or(al, "alarm_id", "?"),
+                      "d_instance_id", (json_int_t)did, "moi", str_or(in, "moi", ""), "cleared_by",
+                      str_or(in, "cleared_by", ""), "cleared_at_ms", (json_int_t)at));
+    }
+    json_array_foreach(json_is_array(act) ? act : NULL, i, in)
+    {
+        const json_t *al = json_object_get(in, "alarm");
+        int64_t did = -1, pid = -1, at = 0;
+        json_int_of(json_object_get(in, "d_instance_id"), &did);
+        json_int_of(json_object_get(in, "p_instance_id"), &pid);
+        json_int_of(json_object_get(in, "raised_at_ms"), &at);
+        json_t *a = json_pack("{s:s,s:s,s:I,s:s,s:I}", "alarm_id", str_or(al, "alarm_id", "?"),
+                              "alarm_name", str_or(al, "alarm_name", "precision alarm"),
+                              "d_instance_id", (json_int_t)did, "moi", str_or(in, "moi", ""),
+                              "raised_at_ms", (json_int_t)at);
+        json_object_set_new(a, "p_instance_id", pid >= 0 ? json_integer(pid) : json_null());
+        json_array_append_new(alarms, a);
+        if (pid >= 0)
+            problem(problems, "%s %s on decode instance %lld (prefill %lld)",
+                    str_or(al, "alarm_name", "precision alarm"), str_or(al, "alarm_id", "?"),
+                    (long long)did, (long long)pid);
+        else
+            problem(problems, "%s %s on instance %lld", str_or(al, "alarm_name", "precision alarm"),
+                    str_or(al, "alarm_id", "?"), (long long)did);
+    }
+
     bool healthy = json_array_size(problems) == 0;
-    return json_pack("{s:o,s:o,s:o,s:o,s:o,s:b}", "controller", ctl, "coordinator", co, "instances",
-                     insts, "pools", pools, "problems", problems, "healthy", healthy);
+    return json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:b}", "controller", ctl, "coordinator", co,
+                     "instances", insts, "pools", pools, "alarms", alarms, "recent_alarms",
+                     recent_alarms, "problems", problems, "healthy", healthy);
 }
 
 bool status_model_healthy(const json_t *model)
@@ -799,6 +849,49 @@ void status_render(struct strbuf *out, const json_t *m)
             strbuf_release(&eb);
         }
         strbuf_puts(out, "\nCOORDINATOR POOLS\n");
+        status_table_render(&t, out, "  ");
+        status_table_release(&t);
+    }
+    json_t *alarms = json_object_get(m, "alarms");
+    if (json_array_size(alarms)) {
+        struct status_table t;
+        status_table_init(&t, 5);
+        const char *h[] = {"ALARM", "NAME", "INSTANCE", "PREFILL", "MOI"};
+        for (size_t c = 0; c < 5; c++)
+            status_table_cell(&t, "%s", h[c]);
+        json_array_foreach(alarms, i, in)
+        {
+            status_table_cell(&t, "%s", str_or(in, "alarm_id", "?"));
+            status_table_cell(&t, "%s", str_or(in, "alarm_name", ""));
+            status_table_cell(&t, "%lld",
+                              (long long)json_integer_value(json_object_get(in, "d_instance_id")));
+            json_t *pv = json_object_get(in, "p_instance_id");
+            if (json_is_integer(pv))
+                status_table_cell(&t, "%lld", (long long)json_integer_value(pv));
+            else
+                status_table_cell(&t, "-");
+            status_table_cell(&t, "%s", str_or(in, "moi", ""));
+        }
+        strbuf_puts(out, "\nACTIVE ALARMS (controller)\n");
+        status_table_render(&t, out, "  ");
+        status_table_release(&t);
+    }
+    json_t *recent = json_object_get(m, "recent_alarms");
+    if (json_array_size(recent)) {
+        struct status_table t;
+        status_table_init(&t, 4);
+        const char *h[] = {"ALARM", "INSTANCE", "CLEARED BY", "MOI"};
+        for (size_t c = 0; c < 4; c++)
+            status_table_cell(&t, "%s", h[c]);
+        json_array_foreach(recent, i, in)
+        {
+            status_table_cell(&t, "%s", str_or(in, "alarm_id", "?"));
+            status_table_cell(&t, "%lld",
+                              (long long)json_integer_value(json_object_get(in, "d_instance_id")));
+            status_table_cell(&t, "%s", str_or(in, "cleared_by", ""));
+            status_table_cell(&t, "%s", str_or(in, "moi", ""));
+        }
+        strbuf_puts(out, "\nRECENTLY CLEARED ALARMS (controller)\n");
         status_table_render(&t, out, "  ");
         status_table_release(&t);
     }

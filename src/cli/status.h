@@ -1,11 +1,11 @@
 /* status — one view of a Motor fleet from the controller and the coordinator.
  *
  * `motor status` and the live view of `motor up` share it: an asynchronous fetch of the
- * four documents that describe a fleet (controller: GET /controller/instances and
- * /controller/fault_tolerance/status; coordinator management port: GET /instances and
- * /metrics), a pure function that turns them into one normalized model (a JSON object,
- * which is also what `motor status --json` prints), a health verdict, and a text
- * renderer.
+ * documents that describe a fleet (controller: GET /controller/instances,
+ * /controller/fault_tolerance/status and /controller/precision/alarms;
+ * coordinator management port: GET /instances and /metrics), a pure function that turns them into
+ * one normalized model (a JSON object, which is also what `motor status --json` prints), a health
+ * verdict, and a text renderer.
  *
  * The model:
  *   {"controller":  {"url", "reachable", "error"},
@@ -15,6 +15,10 @@
  *    "pools":       [{id, role, job_name, model_name, status, pool, healthy,
  *                     breaker, trip_count, endpoints: [{id, address, status,
  *                     inflight_requests}]}],
+ *    "alarms":      [{alarm_id, alarm_name, d_instance_id, p_instance_id, moi,
+ *                     raised_at_ms}]  (active precision alarms; each is a problem too),
+ *    "recent_alarms": [{alarm_id, d_instance_id, moi, cleared_by, cleared_at_ms}]
+ *                    (the last cleared ones, newest first; not problems),
  *    "problems":    ["instance 2 (decode) is inactive", ...],
  *    "healthy":     bool}
  * A side that was not asked (URL NULL) is {"url": null, "reachable": false} and causes
@@ -45,7 +49,8 @@ struct status_targets {
 struct status_docs {
     json_t *ctl_instances;
     char *ctl_error;
-    json_t *ctl_ft; /* NULL when unavailable (not an error: older controllers) */
+    json_t *ctl_ft;   /* NULL when unavailable (not an error: older controllers) */
+    json_t *ctl_prec; /* active precision alarms; NULL when unavailable (likewise) */
     json_t *coord_instances;
     char *coord_error;
     char *coord_metrics; /* Prometheus text; NULL when unavailable */

@@ -359,8 +359,9 @@ static const struct cfgtab_row rows[] = {
      .flags = L | M | CFGTAB_NONEMPTY, .def_s = "爱因斯坦",
      .doc = "a probe passes when its answer contains this"},
     {"precision_detection_config.min_sample_tokens", CFGTAB_INT, OFF(prec_min_tokens),
-     .flags = L | M, .min = 1, .max = 100000, .def_i = 16,
-     .doc = "a sample with fewer generated tokens is not judged (it counts for nothing)"},
+     .flags = L | M, .min = 1, .max = 100000, .def_i = 24,
+     .doc = "a sample with fewer generated tokens is not judged (it counts for nothing): "
+            "a loop needs room to show"},
     {"precision_detection_config.common_chars", CFGTAB_STRING, OFF(prec_common_chars),
      .flags = L | M, .check = common_chars, .def_s = "", .def_doc = "built-in",
      .doc = "the common code points, `HEX-HEX,...` (`\"\"` = Latin, Greek, Cyrillic, Arabic, "

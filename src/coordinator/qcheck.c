@@ -51,9 +51,10 @@ void qck_charset_default(struct qck_charset *cs)
 void qck_params_default(struct qck_params *p)
 {
     memset(p, 0, sizeof(*p));
-    p->min_tokens = 16;
+    p->min_tokens = 24;
     p->max_period = 64;
     p->repeat_min_tokens = 32;
+    p->repeat_short_tokens = 12;
     p->ngram_min_tokens = 64;
     p->ngram_distinct = 0.25;
     p->garbled_logprob = -4.0;
@@ -572,8 +573,13 @@ void qck_check(const struct qck_acc *a, const struct qck_params *p, struct qck_v
     if (a->n >= (size_t)p->ngram_min_tokens)
         v->distinct_4gram = qck_distinct_4grams(ids, a->n);
     free(ids);
-    if ((v->period > 0 && v->repeat_tokens >= (size_t)p->repeat_min_tokens) ||
-        v->distinct_4gram < p->ngram_distinct)
+    /* a long loop, or a short answer that is mostly one (at least repeat_short_tokens,
+     * three quarters of it: a loop that started early and ran into max_tokens) */
+    bool loop =
+        v->period > 0 &&
+        (v->repeat_tokens >= (size_t)p->repeat_min_tokens ||
+         (v->repeat_tokens >= (size_t)p->repeat_short_tokens && 4 * v->repeat_tokens >= 3 * a->n));
+    if (loop || v->distinct_4gram < p->ngram_distinct)
         v->bad |= QCK_REPEAT;
     /* garbled */
     if (p->garbled) {

@@ -5,7 +5,8 @@
  *
  * Three detectors, each a pure function of the sampled answer:
  *   repetition  the answer ends in a loop: a period of 1..max_period tokens repeated
- *               over at least repeat_min_tokens (and 3 periods), or its distinct 4-grams
+ *               over at least repeat_min_tokens (and 3 periods; in a short answer
+ *               repeat_short_tokens that are 3/4 of it), or its distinct 4-grams
  *               are a small share of all 4-grams (loops that are not exactly periodic).
  *               Works on token ids; without ids a hash of each token string serves
  *               (identical strings are the same token for this purpose).
@@ -53,9 +54,10 @@ struct qck_params {
     bool rare;      /* rare-character detection on (logprobs_count >= 5) */
     /* repetition */
     int max_period;
-    int repeat_min_tokens;
-    int ngram_min_tokens;  /* the 4-gram test needs this many tokens */
-    double ngram_distinct; /* bad below this share of distinct 4-grams */
+    int repeat_min_tokens;   /* a loop this long is bad in any answer */
+    int repeat_short_tokens; /* one this long is bad when it is 3/4 of the answer */
+    int ngram_min_tokens;    /* the 4-gram test needs this many tokens */
+    double ngram_distinct;   /* bad below this share of distinct 4-grams */
     /* garbled */
     double garbled_logprob;
     double garbled_top_logprob;

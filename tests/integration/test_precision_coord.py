@@ -9,7 +9,8 @@ import re
 
 import pytest
 
-from coord_helpers import FAST, ext_instance, metric_value, start_coordinator, stop_clean
+from coord_helpers import (FAST, ext_instance, metric_value, sim_served, start_coordinator,
+                           stop_clean)
 from fake_controller import FakeController
 from motorlib import SSEStream, get, post, start_sim, wait_for
 
@@ -64,17 +65,17 @@ def test_sampled_answers_are_byte_identical(procs, tmpdir_path):
             c.set_instances([ext_instance(1, "union", s)])
         msgs = [{"role": "user", "content": "tell me about the sea"}]
         cases = [
-            ("/v1/chat/completions", {"model": "m", "messages": msgs, "max_tokens": 20}),
-            ("/v1/chat/completions", {"model": "m", "messages": msgs, "max_tokens": 20,
+            ("/v1/chat/completions", {"model": "m", "messages": msgs, "max_tokens": 32}),
+            ("/v1/chat/completions", {"model": "m", "messages": msgs, "max_tokens": 32,
                                       "logprobs": True}),
-            ("/v1/chat/completions", {"model": "m", "messages": msgs, "max_tokens": 20,
+            ("/v1/chat/completions", {"model": "m", "messages": msgs, "max_tokens": 32,
                                       "logprobs": True, "top_logprobs": 2}),
-            ("/v1/chat/completions", {"model": "m", "messages": msgs, "max_tokens": 20,
+            ("/v1/chat/completions", {"model": "m", "messages": msgs, "max_tokens": 32,
                                       "logprobs": True, "top_logprobs": 8}),
-            ("/v1/completions", {"model": "m", "prompt": "the sea is", "max_tokens": 20}),
-            ("/v1/completions", {"model": "m", "prompt": "the sea is", "max_tokens": 20,
+            ("/v1/completions", {"model": "m", "prompt": "the sea is", "max_tokens": 32}),
+            ("/v1/completions", {"model": "m", "prompt": "the sea is", "max_tokens": 32,
                                  "logprobs": 1}),
-            ("/v1/completions", {"model": "m", "prompt": "the sea is", "max_tokens": 20,
+            ("/v1/completions", {"model": "m", "prompt": "the sea is", "max_tokens": 32,
                                  "logprobs": 0, "return_tokens_as_token_ids": True}),
         ]
         before = samples(sampled)
@@ -140,9 +141,17 @@ def test_fault_mode_alarm_probe_and_clear(procs, tmpdir_path, mode):
         assert a["additional_information"] == (
             "precision_issue_count=3, probe_failure_count=2, p_instance_id=None, "
             "d_instance_id=12")
-        # the probe went to the bad engine only (pinned), twice (it never answers right)
+        # the probe went to the bad engine only (pinned), twice (it never answers right):
+        # every request either engine served is a sampled client request of it, or a probe
         probes = [e for e in c.proc.find_events("precision_probe_done")]
         assert len(probes) == 2 and all(e["d_instance_id"] == 12 for e in probes), probes
+
+        def per_engine():
+            # the bad engine's samples are all bad (64 tokens, no natural end: warn events);
+            # the rest of the samples are the good engine's (good ones are logged at debug)
+            n_bad = sum(e["d_instance_id"] == 12 for e in c.proc.find_events("precision_sample"))
+            return (sim_served(bad) - n_bad, sim_served(good) - (samples(c) - n_bad))
+        wait_for(lambda: per_engine() == (2, 0), timeout=5, what=f"{per_engine()}")
         groups = status(c)["groups"]
         assert [(g["d_instance_id"], g["state"]) for g in groups] == [(12, "alarmed")], groups
         assert metric_value(get(c.url + "/metrics").text,
@@ -236,3 +245,44 @@ def test_report_failure_retries_and_window_is_shared(procs, tmpdir_path):
         ctl.wait_request("/controller/report_alarms", after=1, timeout=10)
         wait_for(lambda: [g["state"] for g in status(c)["groups"]] == ["alarmed"], timeout=5)
         stop_clean(c)
+
+
+def test_pd_group_alarm_and_byte_identical(procs, tmpdir_path):
+    """A vLLM PD pair: the group is (P, D), the moi names both, the probe goes through
+    the PD route pinned to that pair; PD answers sampled are byte-identical too."""
+    p = start_sim(procs, "--model", "m", *FAST, name="prefill")
+    d = start_sim(procs, "--model", "m", *FAST, name="decode")
+    with FakeController() as ctl:
+        ctl.set("/controller/report_alarms", body={"code": 200, "data": {}})
+        sampled = start(procs, tmpdir_path, ctl, probe_max_attempts=1)
+        plain = start_coordinator(procs, tmpdir_path, {}, name="plain")
+        for c in (sampled, plain):
+            c.set_instances([ext_instance(21, "prefill", p), ext_instance(22, "decode", d)],
+                            dispatch_capabilities=["prefill_handoff_decode"])
+        msgs = [{"role": "user", "content": "what is disaggregated serving?"}]
+        for path, body in [("/v1/chat/completions", {"model": "m", "messages": msgs,
+                                                      "max_tokens": 40}),
+                           ("/v1/completions", {"model": "m", "prompt": "motors are",
+                                                "max_tokens": 40, "logprobs": 2})]:
+            for stream in (False, True):
+                b = dict(body, stream=stream)
+                if stream:
+                    got, want = raw_stream(sampled.url + path, b), raw_stream(plain.url + path, b)
+                else:
+                    got, want = raw_post(sampled.url + path, b), raw_post(plain.url + path, b)
+                assert norm(got) == norm(want), (path, b, got[:400], want[:400])
+        d.fault("rare_chars")
+        for _ in range(10):
+            assert sampled.chat(model="m", messages=msgs, max_tokens=48).status == 200
+            if alarms(ctl, "ALARM"):
+                break
+        a = ctl.wait_request("/controller/report_alarms", timeout=10).body[0]
+        assert a["instance_id"] == 22 and a["p_instance_id"] == 21
+        assert a["moi"] == "service name=Coordinator, service ip=127.0.0.1, pId=21, instanceId=22"
+        assert a["additional_information"] == (
+            "precision_issue_count=3, probe_failure_count=1, p_instance_id=21, d_instance_id=22")
+        probes = sampled.proc.find_events("precision_probe_done")
+        assert [(e["p_instance_id"], e["d_instance_id"], e["status"]) for e in probes] == \
+            [(21, 22, 200)]
+        stop_clean(sampled)
+        stop_clean(plain)

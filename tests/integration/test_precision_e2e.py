@@ -9,6 +9,7 @@ report_alarms and terminate_instance refuse bad bodies with 400/404/409."""
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
@@ -145,6 +146,16 @@ def test_without_auto_recovery_alarm_then_clear_and_restart(procs, tmpdir_path):
     assert len(act) == 1 and act[0]["d_instance_id"] == inst["id"], act
     moi = act[0]["moi"]
     assert c.status_of(inst["id"]) == "active"  # no recovery without the switch
+    # motor status shows it (and is not healthy while it is active)
+    r = subprocess.run([motorlib.motor_bin(), "status", "--controller", c.url, "--coordinator",
+                        mgmt, "--json"], capture_output=True, text=True, timeout=20)
+    model = json.loads(r.stdout)
+    assert r.returncode == 1 and model["healthy"] is False, r.stdout
+    assert [(a["alarm_id"], a["d_instance_id"], a["moi"]) for a in model["alarms"]] == \
+        [("0xFC001009", inst["id"], act[0]["moi"])]
+    r = subprocess.run([motorlib.motor_bin(), "status", "--controller", c.url, "--coordinator",
+                        mgmt], capture_output=True, text=True, timeout=20)
+    assert "ACTIVE ALARMS (controller)" in r.stdout and "Precision Anomaly Alarm" in r.stdout
     text = motorlib.get(c.url + "/metrics").text
     assert metric_value(text, "motor_controller_precision_alarms_active") == 1
 

@@ -325,13 +325,15 @@ static void test_sim_modes(void **state)
         unsigned want;  /* the fault that must be flagged (every seed) */
         unsigned never; /* faults that must never be flagged */
     } rows[] = {
-        {SIM_MODE_GOOD, 5, 16, true, 0, QCK_REPEAT | QCK_GARBLED | QCK_RARE},
+        {SIM_MODE_GOOD, 5, 24, true, 0, QCK_REPEAT | QCK_GARBLED | QCK_RARE},
         {SIM_MODE_GOOD, 5, 128, true, 0, QCK_REPEAT | QCK_GARBLED | QCK_RARE},
         {SIM_MODE_GOOD, 20, 512, false, 0, QCK_REPEAT | QCK_GARBLED | QCK_RARE},
         {SIM_MODE_GOOD, 1, 256, true, 0, QCK_REPEAT | QCK_GARBLED | QCK_RARE},
         {SIM_MODE_REPEAT, 1, 48, true, QCK_REPEAT, QCK_GARBLED | QCK_RARE},
+        {SIM_MODE_REPEAT, 5, 24, true, QCK_REPEAT, QCK_GARBLED | QCK_RARE}, /* short answer */
+        {SIM_MODE_GOOD, 5, 30, false, 0, QCK_REPEAT | QCK_GARBLED | QCK_RARE},
         {SIM_MODE_REPEAT, 5, 256, false, QCK_REPEAT, QCK_GARBLED | QCK_RARE},
-        {SIM_MODE_GARBLED, 3, 16, true, QCK_GARBLED, 0},
+        {SIM_MODE_GARBLED, 3, 24, true, QCK_GARBLED, 0},
         {SIM_MODE_GARBLED, 5, 128, false, QCK_GARBLED, QCK_REPEAT},
         {SIM_MODE_RARE, 5, 32, true, QCK_RARE, QCK_REPEAT | QCK_GARBLED},
         {SIM_MODE_RARE, 5, 256, false, QCK_RARE, QCK_REPEAT | QCK_GARBLED},
@@ -370,7 +372,7 @@ static void test_validity(void **state)
     struct qck_acc a;
     struct qck_verdict v;
     qck_acc_init(&a, 100, 100);
-    sim_sample(&a, SIM_MODE_REPEAT, 5, 15, 1, true); /* one token short */
+    sim_sample(&a, SIM_MODE_REPEAT, 5, 23, 1, true); /* one token short */
     qck_check(&a, &p, &v);
     assert_false(v.valid);
     assert_int_equal(v.bad, 0);

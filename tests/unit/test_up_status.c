@@ -600,7 +600,35 @@ static void test_model(void **state)
                             " \"active\", \"endpoints\": []}]}");
     m = status_model(&t, &d, 1000.0);
     assert_true(status_model_healthy(m));
+    assert_int_equal(json_array_size(json_object_get(m, "alarms")), 0);
     json_decref(m);
+
+    /* An active precision alarm: listed, rendered, and a problem. */
+    d.ctl_prec = parse("{\"active\": [{\"seq\": 1, \"d_instance_id\": 1, \"p_instance_id\":"
+                       " null, \"moi\": \"service name=Coordinator, service ip=10.0.0.9, "
+                       "instanceId=1\", \"raised_at_ms\": 5, \"alarm\": {\"alarm_id\": "
+                       "\"0xFC001009\", \"alarm_name\": \"Precision Anomaly Alarm\"}}], "
+                       "\"recent\": [{\"d_instance_id\": 7, \"moi\": \"m7\", \"cleared_by\": "
+                       "\"auto_recovery\", \"alarm\": {\"alarm_id\": \"0xFC001009\"}}]}");
+    m = status_model(&t, &d, 1000.0);
+    assert_false(status_model_healthy(m));
+    json_t *al = json_array_get(json_object_get(m, "alarms"), 0);
+    assert_string_equal(json_string_value(json_object_get(al, "alarm_id")), "0xFC001009");
+    assert_true(json_is_null(json_object_get(al, "p_instance_id")));
+    assert_non_null(strstr(json_string_value(json_array_get(json_object_get(m, "problems"), 0)),
+                           "Precision Anomaly Alarm 0xFC001009 on instance 1"));
+    strbuf_init(&sb, 1 << 20);
+    status_render(&sb, m);
+    assert_non_null(strstr(strbuf_str(&sb), "ACTIVE ALARMS (controller)"));
+    assert_non_null(strstr(strbuf_str(&sb), "service ip=10.0.0.9, instanceId=1"));
+    assert_non_null(strstr(strbuf_str(&sb), "RECENTLY CLEARED ALARMS (controller)"));
+    assert_non_null(strstr(strbuf_str(&sb), "auto_recovery"));
+    assert_int_equal(json_array_size(json_object_get(m, "recent_alarms")), 1);
+    assert_int_equal(json_array_size(json_object_get(m, "problems")), 1); /* recent: none */
+    strbuf_release(&sb);
+    json_decref(m);
+    json_decref(d.ctl_prec);
+    d.ctl_prec = NULL;
 
     /* Unreachable sides. */
     struct status_docs bad = {.ctl_error = strdup("Connection refused"),
