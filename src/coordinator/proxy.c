@@ -169,6 +169,7 @@ struct preq {
     /* cache-aware routing */
     struct httpc_req *tok_h; /* the /tokenize call while TOKENIZING */
     int64_t prompt_tokens;   /* real count, -1 = unknown (then reqscan's estimate) */
+    uint32_t matched;        /* cached prompt tokens where the last pick went */
     uint64_t *kv_keys;       /* block keys of the prompt (kvidx_keys) */
     size_t n_keys;
     int kv_bs;
@@ -1161,6 +1162,9 @@ static void leg_start(struct preq *pr, struct leg *leg, const char *body, size_t
     leg->tokens = reqscan_estimate_tokens(&pr->scan, prefill_only);
     if (pr->prompt_tokens >= 0) /* the real count instead of characters / 4 + 1 */
         leg->tokens += pr->prompt_tokens - reqscan_estimate_tokens(&pr->scan, true);
+    /* The engine computes what it does not hold: a cached prefix is not its load. */
+    if (leg->which == LEG_PREFILL || pr->mode == MODE_SINGLE)
+        leg->tokens = MOTOR_MAX((int64_t)1, leg->tokens - (int64_t)pr->matched);
     inst_load_acquire(leg->ep->load, leg->tokens);
     leg->load_held = true;
     /* Per leg, so assembled without printf or the heap (hostport is an address). */
@@ -1255,6 +1259,8 @@ static int select_ep(struct preq *pr, enum wire_role role, struct pick_ctx *x,
 {
     struct inst_snapshot *s = pr->snap;
     const struct csettings *set = pr->set;
+    if (role != WIRE_ROLE_DECODE)
+        pr->matched = 0; /* the pick of the leg that computes the prompt sets it */
     /* Cache affinity for the leg that computes the prompt (not a PD decode). */
     if ((set->policy == BAL_KV_UNIFIED || set->policy == BAL_KV_LOAD_GATED) && pr->n_keys &&
         role != WIRE_ROLE_DECODE) {
@@ -1276,6 +1282,7 @@ static int select_ep(struct preq *pr, enum wire_role role, struct pick_ctx *x,
             kvidx_learn(ix, p->ep->hostport, pr->kv_keys, pr->n_keys, KVIDX_TEXT_CHUNK,
                         set->approx_chunks, &st);
         }
+        pr->matched = rc == 0 ? aff.matched : 0;
         if (rc == 0) {
             metrics_counter_add(pr->c->m.prefix_prompt_tokens, (uint64_t)prompt);
             metrics_counter_add(pr->c->m.prefix_matched_tokens, aff.matched);
