@@ -1,18 +1,43 @@
 #include "coordinator/balancer.h"
 
+#include "common/util.h"
+
 #include <errno.h>
 
-static double inst_avg_tokens(const struct instance *in)
+/* The engine's own word on its load, from its last /metrics (engscrape.c) while fresh:
+ * the requests it runs or queues beyond those this coordinator had in flight there when
+ * it asked (other gateways, direct clients, requests it is still finishing), each worth
+ * BAL_FOREIGN_TOKENS; requests this coordinator sent since are in its own count. */
+static double foreign_tokens(const struct inst_load *l, int64_t now)
 {
-    long long sum = 0;
+    if (!l || atomic_load_explicit(&l->eng_until_ms, memory_order_acquire) < now)
+        return 0;
+    double eng = (double)(atomic_load_explicit(&l->eng_running_m, memory_order_relaxed) +
+                          atomic_load_explicit(&l->eng_waiting_m, memory_order_relaxed)) /
+                 1000.0;
+    double foreign = eng - (double)atomic_load_explicit(&l->eng_ours, memory_order_relaxed);
+    return foreign > 0 ? foreign * BAL_FOREIGN_TOKENS : 0;
+}
+
+static double ep_tokens(const struct inst_endpoint *ep, int64_t now)
+{
+    if (!ep->load)
+        return 0;
+    return (double)atomic_load_explicit(&ep->load->tokens, memory_order_relaxed) +
+           foreign_tokens(ep->load, now);
+}
+
+static double inst_avg_tokens(const struct instance *in, int64_t now)
+{
+    double sum = 0;
     size_t n = 0;
     for (size_t i = 0; i < in->n_eps; i++) {
         if (!inst_ep_routable(&in->eps[i]) || !in->eps[i].load)
             continue;
-        sum += atomic_load_explicit(&in->eps[i].load->tokens, memory_order_relaxed);
+        sum += ep_tokens(&in->eps[i], now);
         n++;
     }
-    return n ? (double)sum / (double)n : 0.0;
+    return n ? sum / (double)n : 0.0;
 }
 
 int bal_select(enum bal_policy pol, double inst_weight, struct instance *const *insts, size_t n,
@@ -27,6 +52,7 @@ int bal_select(enum bal_policy pol, double inst_weight, struct instance *const *
     if (count == 0)
         return -ENOENT;
     size_t start = atomic_fetch_add_explicit(rr, 1, memory_order_relaxed) % count;
+    int64_t now = pol == BAL_ROUND_ROBIN ? 0 : util_mono_ms();
 
     size_t c = 0, best_pos = SIZE_MAX;
     double best_score = 0;
@@ -43,10 +69,8 @@ int bal_select(enum bal_policy pol, double inst_weight, struct instance *const *
             double score = 0;
             if (pol != BAL_ROUND_ROBIN) {
                 if (avg < 0)
-                    avg = inst_avg_tokens(in);
-                long long t =
-                    ep->load ? atomic_load_explicit(&ep->load->tokens, memory_order_relaxed) : 0;
-                score = (double)t + inst_weight * avg;
+                    avg = inst_avg_tokens(in, now);
+                score = ep_tokens(ep, now) + inst_weight * avg;
             }
             if (best_pos == SIZE_MAX || score < best_score ||
                 (score == best_score && pos < best_pos)) {
@@ -61,10 +85,10 @@ int bal_select(enum bal_policy pol, double inst_weight, struct instance *const *
     return 0;
 }
 
-static double ep_load(struct instance *in, const struct inst_endpoint *ep, double inst_weight)
+static double ep_load(struct instance *in, const struct inst_endpoint *ep, double inst_weight,
+                      int64_t now)
 {
-    long long t = ep->load ? atomic_load_explicit(&ep->load->tokens, memory_order_relaxed) : 0;
-    return (double)t + inst_weight * inst_avg_tokens(in);
+    return ep_tokens(ep, now) + inst_weight * inst_avg_tokens(in, now);
 }
 
 int bal_select_affinity(enum bal_policy pol, double inst_weight, struct instance *const *insts,
@@ -74,6 +98,7 @@ int bal_select_affinity(enum bal_policy pol, double inst_weight, struct instance
     aff->matched = 0;
     if (pol != BAL_KV_UNIFIED && pol != BAL_KV_LOAD_GATED)
         return bal_select(pol, inst_weight, insts, n, ok, arg, rr, out);
+    int64_t now = util_mono_ms();
     struct bal_pick cand[BAL_AFFINITY_MAX];
     const char *hp[BAL_AFFINITY_MAX];
     double load[BAL_AFFINITY_MAX];
@@ -88,7 +113,7 @@ int bal_select_affinity(enum bal_policy pol, double inst_weight, struct instance
                 return bal_select(BAL_LEAST_TOKENS, inst_weight, insts, n, ok, arg, rr, out);
             cand[m] = (struct bal_pick){insts[i], ep};
             hp[m] = ep->hostport;
-            load[m] = ep_load(insts[i], ep, inst_weight);
+            load[m] = ep_load(insts[i], ep, inst_weight, now);
             m++;
         }
     if (m == 0)

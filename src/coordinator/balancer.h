@@ -3,7 +3,10 @@
  * least in-flight tokens (default, upstream "load_balance"): score = the endpoint's
  * in-flight token estimate + weight × the average over its instance's endpoints (the
  * instance term spreads DP ranks of a busy instance less eagerly); the lowest score
- * wins, ties broken by a rotating start so equal endpoints share the work.
+ * wins, ties broken by a rotating start so equal endpoints share the work. An
+ * endpoint's estimate = the tokens of the legs this coordinator has in flight there +,
+ * while its last /metrics reading is fresh, BAL_FOREIGN_TOKENS per request the engine
+ * reported running or waiting beyond those legs (engscrape.c).
  * round robin: the candidates in order, one step per pick.
  * cache affinity (bal_select_affinity, upstream "kv_cache_affinity"): each candidate's
  * cached prefix of the request (matched tokens, from the KV index or the approximate
@@ -22,6 +25,8 @@
 #include "coordinator/instances.h"
 
 #include <stdatomic.h>
+
+#define BAL_FOREIGN_TOKENS 512.0 /* a request this coordinator did not send, in tokens */
 
 enum bal_policy { BAL_LEAST_TOKENS = 0, BAL_ROUND_ROBIN, BAL_KV_UNIFIED, BAL_KV_LOAD_GATED };
 

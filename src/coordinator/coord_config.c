@@ -208,6 +208,10 @@ static const struct cfgtab_row rows[] = {
      .min = 16, .max = 1 << 28, .def_i = 1 << 20,
      .doc = "KV index entries (endpoint, block) at most, about 64 bytes each; the least "
             "recently stored are forgotten beyond"},
+    {"scheduler_config.engine_metrics_interval", CFGTAB_MS, OFF(engine_metrics_ms),
+     .flags = L | M, .min = 0, .max = 3600, .def_d = 1,
+     .doc = "scrape each engine's `/metrics` this often (0 = never): requests running and "
+            "waiting that this coordinator did not send count as load"},
     {"scheduler_config.endpoint_instance_score_weight", CFGTAB_DOUBLE, OFF(instance_score_weight),
      .flags = L, .min = 0, .max = 1000, .def_d = 0.05,
      .doc = "an endpoint scores its tokens in flight + this × its instance's average"},

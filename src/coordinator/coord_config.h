@@ -70,6 +70,7 @@ struct ccfg {
     char *kv_topic;          /* "" */
     char *conductor_service; /* "" = Motor's own index */
     size_t kv_max_blocks;    /* (motor) index entries at most */
+    int64_t engine_metrics_ms; /* (motor) scrape engines' /metrics this often, 0 = never */
     /* exception_config */
     int max_retry;               /* 5 */
     int64_t retry_delay_ms;      /* retry_delay 0.2 s, doubling per attempt */

@@ -161,6 +161,10 @@ struct coord {
      * stopped. kv: the subscriptions that feed it (management thread). */
     _Atomic(struct kvidx *) kvidx;
     struct kvsub *kv;
+    /* engines' /metrics (engscrape.c) */
+    struct reactor_timer scrape_timer;
+    bool scrape_timer_init;
+    struct list_head scrapes; /* in flight */
 };
 
 /* coordinator.c */
@@ -224,6 +228,11 @@ void kvsub_sync(struct coord *c);
 void kvsub_stop(struct coord *c);
 /* The index and its subscriptions (GET /kv_index). New reference. */
 json_t *kvsub_to_json(struct coord *c);
+
+/* engscrape.c — on the management reactor: (re)arm the /metrics scrapes per the
+ * configuration (start, reload), and stop them. */
+void engscrape_sync(struct coord *c);
+void engscrape_stop(struct coord *c);
 
 /* mgmt.c — on the management reactor. */
 int mgmt_start(struct coord *c);

@@ -173,6 +173,7 @@ static void apply(struct coord *c)
         httpd_set_api_key(c->mgmt, c->cfg.mgmt_key_enable ? c->cfg.mgmt_key : NULL);
     apply_tls(c);
     kvsub_sync(c); /* scheduler or KV-event settings may have changed */
+    engscrape_sync(c);
 }
 
 int coord_reload_now(struct coord *c, const char *why)

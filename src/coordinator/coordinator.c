@@ -640,6 +640,7 @@ int coordinator_main(int argc, char **argv)
              LF_BOOL("master_standby", c->cfg.ha_enable));
     reactor_timer_start(c->r, &c->beat_timer, 1000, 1000);
     coord_reload_init(c);
+    engscrape_sync(c);
 
     int rc = reactor_run(c->r);
     exit_code = rc < 0 ? 1 : 0;
@@ -647,6 +648,7 @@ out:
     atomic_store(&c->stopping, true);
     if (c->r) {
         reactor_timer_stop(c->r, &c->beat_timer);
+        engscrape_stop(c);
         coord_reload_free(c);
         /* A master hands the lock over before draining: its standby serves new requests
          * while this one finishes what it has. */

@@ -48,6 +48,16 @@ static void load_unref(struct inst_load *l)
         free(l);
 }
 
+struct inst_load *inst_load_ref(struct inst_load *l)
+{
+    return load_ref(l);
+}
+
+void inst_load_unref(struct inst_load *l)
+{
+    load_unref(l);
+}
+
 void inst_load_acquire(struct inst_load *l, int64_t tokens)
 {
     if (!l)

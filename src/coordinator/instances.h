@@ -37,6 +37,14 @@ struct inst_load {
     atomic_llong tokens;  /* estimated tokens of the legs in flight */
     atomic_int requests;  /* legs in flight */
     atomic_ullong served; /* legs started, ever */
+    /* What the engine's /metrics said at the last scrape (engscrape.c), valid until
+     * eng_until_ms (CLOCK_MONOTONIC; 0 = never scraped): its requests running and
+     * waiting (x1000), its KV-cache usage (x1000), and how many legs this coordinator
+     * had in flight there when it asked. */
+    atomic_llong eng_running_m, eng_waiting_m, eng_usage_m;
+    atomic_int eng_ours;
+    _Atomic int64_t eng_until_ms;
+    atomic_bool eng_scraping; /* a scrape is in flight (management thread) */
 };
 
 /* Per-instance state that survives refreshes. */
@@ -93,6 +101,8 @@ bool inst_routable(const struct instance *in);
 
 /* Load accounting on an endpoint (any thread, lock-free). */
 void inst_load_acquire(struct inst_load *l, int64_t tokens);
+struct inst_load *inst_load_ref(struct inst_load *l);
+void inst_load_unref(struct inst_load *l); /* NULL-safe */
 void inst_load_release(struct inst_load *l, int64_t tokens);
 
 /* Breaker access (any thread; serialized by the instance's mutex). */

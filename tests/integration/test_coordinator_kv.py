@@ -274,3 +274,44 @@ def test_approximate_prefixes_without_events(procs, tmp_path):
                       "endpoints": {"127.0.0.1": {"0": eps["127.0.0.1"]["0"]}}}])
     assert kv_index(c)["slots"] <= 1
     stop_clean(c)
+
+
+def test_engine_metrics_count_as_load(procs, tmp_path):
+    """Requests an engine runs that this coordinator did not send (another gateway,
+    direct clients) come from its /metrics: load_balance sends new work elsewhere."""
+    import threading
+    from coord_helpers import ext_instance
+    from motorlib import post
+
+    busy = start_sim(procs, "--model", "m", "--ttft-ms", "0", "--tokens-per-second", "4",
+                     name="busy")
+    idle = start_sim(procs, "--model", "m", "--ttft-ms", "0", "--tokens-per-second", "50",
+                     name="idle")
+
+    def foreign():
+        try:
+            post(busy.url + "/v1/completions", {"model": "m", "prompt": "x", "max_tokens": 40},
+                 timeout=30)
+        except OSError:
+            pass
+    threads = [threading.Thread(target=foreign, daemon=True) for _ in range(6)]
+    for t in threads:
+        t.start()
+    end = time.monotonic() + 5
+    while time.monotonic() < end and busy.status()["running"] < 6:
+        time.sleep(0.02)
+    assert busy.status()["running"] >= 6
+
+    def count_on_busy(interval):
+        c = start_coordinator(procs, str(tmp_path), {"scheduler_config": {
+            "engine_metrics_interval": interval}}, name=f"scrape{interval}", workers=1)
+        c.set_instances([ext_instance(1, "union", busy), ext_instance(2, "union", idle)])
+        time.sleep(0.5)  # a few scrapes
+        before = served(busy)
+        for _ in range(6):
+            assert c.completion(model="m", prompt="hello there", max_tokens=1).status == 200
+        n = served(busy) - before
+        stop_clean(c)
+        return n
+    assert count_on_busy(0.1) == 0      # the engine's 6 running requests weigh
+    assert count_on_busy(0) >= 2        # without its /metrics they are invisible

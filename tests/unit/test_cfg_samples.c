@@ -280,6 +280,7 @@ static json_t *effective(json_t *root, bool coordinator)
             "scheduler_config.tokenize_timeout",
             "scheduler_config.kv_cache_affinity_source",
             "scheduler_config.approximate_chunks_per_endpoint",
+            "scheduler_config.engine_metrics_interval",
         };
         for (size_t i = 0; i < sizeof(since) / sizeof(since[0]); i++)
             del_path(got, since[i]);
