@@ -96,7 +96,8 @@ def coordinator(reg, tmp: str, sched: str, base: int, rbase: int):
     if sched == "approximate":
         sc = {"scheduler_type": "kv_cache_affinity", "kv_cache_affinity_source": "approximate"}
     cfg = {"scheduler_config": sc,
-           "prefill_kv_event_config": {"kv_event_port": base, "replay_port": rbase}}
+           "prefill_kv_event_config": {"endpoint": f"tcp://*:{base}",
+                                       "replay_endpoint": f"tcp://*:{rbase}"}}
     path = os.path.join(tmp, f"coord-{sched}.json")
     with open(path, "w") as f:
         json.dump({"motor_coordinator_config": cfg}, f)

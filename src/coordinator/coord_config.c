@@ -124,6 +124,25 @@ static const struct cfgtab_row infer_tls_rows[] = {
 };
 static const struct cfgtab infer_tls_table = CFGTAB_TABLE("infer_tls", infer_tls_rows, NULL);
 
+/* "" or tcp://HOST:PORT with PORT 1..65535. */
+static int zmq_port(const char *s)
+{
+    const char *colon = strrchr(s, ':');
+    if (strncmp(s, "tcp://", 6) != 0 || !colon || colon < s + 6)
+        return -1;
+    char *end;
+    long p = strtol(colon + 1, &end, 10);
+    return *end || p < 1 || p > 65535 ? -1 : (int)p;
+}
+
+static const char *zmq_endpoint_check(const char **s, char *buf, size_t cap)
+{
+    if (!**s || zmq_port(*s) > 0)
+        return NULL;
+    snprintf(buf, cap, "\"%.160s\" must be tcp://HOST:PORT", *s);
+    return buf;
+}
+
 static const char *http_url(const char **s, char *buf, size_t cap)
 {
     if (strncmp(*s, "http://", 7) == 0 || strncmp(*s, "https://", 8) == 0)
@@ -191,14 +210,29 @@ static const struct cfgtab_row rows[] = {
      .min = 0.001, .max = 60, .def_d = 0.5,
      .doc = "`kv_cache_affinity`/`compute_length` ask an engine's `/tokenize` first; past this "
             "the request is balanced on load alone"},
-    {"prefill_kv_event_config.kv_event_port", CFGTAB_INT, OFF(kv_event_port), .flags = L, .min = 0,
-     .max = 65535, .def_i = 5557,
-     .doc = "the engines' KV-event PUB port (`--kv-events-config` endpoint); DP rank r "
-            "publishes on this + r (0 = subscribe to nothing)"},
-    {"prefill_kv_event_config.replay_port", CFGTAB_INT, OFF(kv_replay_port), .flags = L, .min = 0,
-     .max = 65535,
-     .doc = "the engines' `replay_endpoint` port (+ DP rank; 0 = none): lost or missed "
-            "batches are asked for again"},
+    {"prefill_kv_event_config.endpoint", CFGTAB_STRING, OFF(kv_endpoint), .flags = L, .def_s = "",
+     .check = zmq_endpoint_check, .def_doc = "`tcp://*:5557` (vLLM's)",
+     .doc = "the engines' `--kv-events-config` endpoint; only its port is used: DP rank r "
+            "of an endpoint at IP a is subscribed at `tcp://a:<port + r>`"},
+    {"prefill_kv_event_config.replay_endpoint", CFGTAB_STRING, OFF(kv_replay_endpoint), .flags = L,
+     .def_s = "", .check = zmq_endpoint_check,
+     .doc = "the engines' `replay_endpoint` (its port + DP rank; \"\" = none): the history "
+            "is asked for again after a (re)connection or lost batches"},
+    {"prefill_kv_event_config.block_size", CFGTAB_INT, OFF(kv_block_size), .flags = L, .min = 1,
+     .max = 4096, .def_i = 128,
+     .doc = "accepted; the engines' events carry their block size, which is what is used"},
+    {"prefill_kv_event_config.model_path", CFGTAB_STRING, OFF(kv_model_path), .flags = L,
+     .def_s = "",
+     .doc = "accepted, unused: prompts are tokenized by the engine's `/tokenize` (its own "
+            "tokenizer and chat template)"},
+    {"prefill_kv_event_config.engine_type", CFGTAB_STRING, OFF(kv_engine_type), .flags = L,
+     .def_s = "vLLM", .doc = "accepted (vLLM and SGLang publish the same wire)"},
+    {"prefill_kv_event_config.http_server_port", CFGTAB_INT, OFF(kv_http_port), .flags = L,
+     .min = 0, .max = 65535, .def_i = 13333, .doc = "accepted, unused"},
+    {"prefill_kv_event_config.re_register_interval_sec", CFGTAB_MS, OFF(conductor_rereg_ms),
+     .flags = L, .min = 0, .max = 86400,
+     .doc = "with `conductor_service`: register every prefill endpoint again this often (0 = "
+            "only on changes)"},
     {"prefill_kv_event_config.topic", CFGTAB_STRING, OFF(kv_topic), .flags = L, .def_s = "",
      .doc = "the engines' KV-event topic"},
     {"prefill_kv_event_config.conductor_service", CFGTAB_STRING, OFF(conductor_service), .flags = L,
@@ -208,8 +242,8 @@ static const struct cfgtab_row rows[] = {
      .min = 16, .max = 1 << 28, .def_i = 1 << 20,
      .doc = "KV index entries (endpoint, block) at most, about 64 bytes each; the least "
             "recently stored are forgotten beyond"},
-    {"scheduler_config.engine_metrics_interval", CFGTAB_MS, OFF(engine_metrics_ms),
-     .flags = L | M, .min = 0, .max = 3600, .def_d = 1,
+    {"scheduler_config.engine_metrics_interval", CFGTAB_MS, OFF(engine_metrics_ms), .flags = L | M,
+     .min = 0, .max = 3600, .def_d = 1,
      .doc = "scrape each engine's `/metrics` this often (0 = never): requests running and "
             "waiting that this coordinator did not send count as load"},
     {"scheduler_config.endpoint_instance_score_weight", CFGTAB_DOUBLE, OFF(instance_score_weight),
@@ -454,6 +488,12 @@ void ccfg_apply(struct ccfg *c, json_t *root, struct cfg_errors *e)
             c->scheduler = (enum ccfg_scheduler)i;
     c->kv_mode = strcmp(c->kv_mode_name, "load_gated") == 0 ? CCFG_KV_LOAD_GATED : CCFG_KV_UNIFIED;
     c->kv_approx = strcmp(c->kv_source_name, "approximate") == 0;
+    c->kv_event_port = *c->kv_endpoint ? zmq_port(c->kv_endpoint) : 5557;
+    c->kv_replay_port = *c->kv_replay_endpoint ? zmq_port(c->kv_replay_endpoint) : 0;
+    if (c->kv_event_port < 0)
+        c->kv_event_port = 0;
+    if (c->kv_replay_port < 0)
+        c->kv_replay_port = 0;
     if (c->breaker_max_open_ms < c->breaker_open_ms)
         c->breaker_max_open_ms = c->breaker_open_ms;
     check_tls(&c->infer_tls, "infer_tls_config", e);

@@ -65,8 +65,14 @@ struct ccfg {
     bool pd_fallback_to_hybrid;   /* enable_pd_separation_fallback_to_hybrid (true) */
     bool decode_colocation;       /* (motor) decode instances may serve whole requests */
     /* prefill_kv_event_config: the engines' KV events (kvsub.c) */
-    int kv_event_port;       /* base port of the engines' PUB (+ DP rank); 0 = none */
-    int kv_replay_port;      /* base port of their replay ROUTER; 0 = none */
+    char *kv_endpoint;        /* endpoint, e.g. "tcp://HOST:5557" ("" = vLLM's default) */
+    char *kv_replay_endpoint; /* replay_endpoint ("" = none) */
+    int kv_event_port;        /* derived: base port of the engines' PUB (+ DP rank) */
+    int kv_replay_port;       /* derived: base port of their replay ROUTER; 0 = none */
+    int kv_block_size;        /* block_size: accepted (the events carry theirs) */
+    char *kv_model_path, *kv_engine_type; /* accepted */
+    int kv_http_port;                     /* http_server_port: accepted */
+    int64_t conductor_rereg_ms;           /* re_register_interval_sec */
     char *kv_topic;          /* "" */
     char *conductor_service; /* "" = Motor's own index */
     size_t kv_max_blocks;    /* (motor) index entries at most */

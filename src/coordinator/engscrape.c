@@ -40,7 +40,10 @@ static void on_metrics(const struct httpc_response *resp, void *arg)
                               memory_order_relaxed);
         atomic_store_explicit(&l->eng_usage_m, (long long)(el.kv_usage * 1000),
                               memory_order_relaxed);
-        atomic_store_explicit(&l->eng_ours, s->ours, memory_order_relaxed);
+        /* The engine counted at some moment of the round trip: legs this coordinator
+         * started meanwhile must not look foreign (the larger of the two counts). */
+        int now_ours = atomic_load_explicit(&l->requests, memory_order_relaxed);
+        atomic_store_explicit(&l->eng_ours, MOTOR_MAX(s->ours, now_ours), memory_order_relaxed);
         atomic_store_explicit(&l->eng_until_ms, util_mono_ms() + 3 * s->period,
                               memory_order_release);
     }

@@ -3,10 +3,11 @@
  *
  * With scheduler_type kv_cache_affinity (and no conductor_service), every endpoint of a
  * prefill or union instance that is not headless gets a ZMTP SUB connected to
- * tcp://<ip>:<kv_event_port + endpoint id> — the endpoint id is the engine's DP rank,
+ * tcp://<ip>:<P + endpoint id>, P the port of prefill_kv_event_config.endpoint — the
+ * endpoint id is the engine's DP rank,
  * and each rank of vLLM publishes on the configured port plus its rank
  * (offset_endpoint_port), the address upstream registers with its conductor — and, when
- * replay_port is set, a DEALER to the rank's replay ROUTER.
+ * replay_endpoint is set, a DEALER to the rank's replay ROUTER (its port + rank).
  *
  * Sequence numbers (the second frame, 8 bytes big-endian, from 0 per engine process):
  *   - the next one expected: applied;

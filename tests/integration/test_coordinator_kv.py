@@ -1,5 +1,5 @@
 """Cache-aware routing against real simulators: the coordinator subscribes to each DP
-rank's KV events (ZMTP SUB at kv_event_port + rank, replay at replay_port + rank),
+rank's KV events (ZMTP SUB at the endpoint's port + rank, replay likewise),
 keeps its index, tokenizes prompts through the engines' /tokenize and sends a request
 where its prefix is cached; an engine that restarts is forgotten and learned again; the
 index stays within max_index_blocks; a tokenizer that fails costs only the affinity."""
@@ -40,7 +40,8 @@ def dp_instance(sims):
 
 def kv_config(base, rbase, **over):
     cfg = {"scheduler_config": {"scheduler_type": "kv_cache_affinity"},
-           "prefill_kv_event_config": {"kv_event_port": base, "replay_port": rbase}}
+           "prefill_kv_event_config": {"endpoint": f"tcp://*:{base}",
+                                       "replay_endpoint": f"tcp://*:{rbase}"}}
     for k, v in over.items():
         blk, key = k.split("__")
         cfg.setdefault(blk, {})[key] = v
