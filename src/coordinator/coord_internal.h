@@ -70,6 +70,7 @@ struct coord_metrics {
     struct metrics_counter *tokenize_ok, *tokenize_failed;
     struct metrics_counter *mem_trims;   /* mem_release calls that trimmed */
     struct metrics_counter *mem_trimmed; /* bytes they gave back */
+    struct metrics_counter *conductor_ok, *conductor_failed;
 };
 
 struct coord;
@@ -107,6 +108,7 @@ struct coord_worker {
 
 struct mgmt_refresh; /* mgmt.c */
 struct kvsub;        /* kvsub.c */
+struct conductor;    /* conductor.c */
 struct kvidx;
 struct coord_ha; /* coord_ha.c */
 struct prec;     /* precision.c */
@@ -166,6 +168,7 @@ struct coord {
      * stopped. kv: the subscriptions that feed it (management thread). */
     _Atomic(struct kvidx *) kvidx;
     struct kvsub *kv;
+    struct conductor *cond; /* an upstream KV Conductor (conductor.c), management thread */
     /* engines' /metrics (engscrape.c) */
     struct reactor_timer scrape_timer;
     bool scrape_timer_init;
@@ -233,6 +236,14 @@ void kvsub_sync(struct coord *c);
 void kvsub_stop(struct coord *c);
 /* The index and its subscriptions (GET /kv_index). New reference. */
 json_t *kvsub_to_json(struct coord *c);
+
+/* conductor.c — on the management reactor: register the table's prefill/union endpoints
+ * with prefill_kv_event_config.conductor_service (after every table change and reload),
+ * and free everything at the end. conductor_url: "<service><route>" with http:// added
+ * when the service has no scheme (heap; pure, any thread). */
+void conductor_sync(struct coord *c);
+void conductor_stop(struct coord *c);
+char *conductor_url(const char *service, const char *route);
 
 /* engscrape.c — on the management reactor: (re)arm the /metrics scrapes per the
  * configuration (start, reload), and stop them. */

@@ -19,6 +19,10 @@ struct csettings *csettings_new(const struct ccfg *cfg, uint64_t version)
         s->policy = cfg->kv_mode == CCFG_KV_LOAD_GATED ? BAL_KV_LOAD_GATED : BAL_KV_UNIFIED;
         s->approx = cfg->kv_approx;
         s->tokenize = !cfg->kv_approx;
+        if (cfg->conductor_service && *cfg->conductor_service) {
+            s->conductor = xstrdup(cfg->conductor_service);
+            s->approx = s->tokenize = false;
+        }
         break;
     case CCFG_SCHED_COMPUTE_LENGTH:
         s->policy = BAL_LEAST_TOKENS;
@@ -90,6 +94,7 @@ void csettings_unref(struct csettings *s)
     if (t->key_password)
         explicit_bzero((char *)t->key_password, strlen(t->key_password));
     free((char *)t->key_password);
+    free(s->conductor);
     free(s);
 }
 

@@ -32,6 +32,7 @@ struct csettings {
     int64_t tokenize_timeout_ms; /* scheduler_config.tokenize_timeout */
     double load_gate_factor;     /* load_gated's bound */
     bool approx;                 /* kv_cache_affinity on what was routed (no events) */
+    char *conductor;             /* kv_cache_affinity through a KV Conductor, NULL = none */
     size_t approx_chunks;        /* per endpoint */
     double instance_score_weight;
     bool pd_fallback_to_hybrid;

@@ -108,6 +108,11 @@ static void metrics_setup(struct coord *c)
                                "Prompts sent to an engine's /tokenize before routing, by result.",
                                "result");
     m->tokenize_ok = metrics_counter_labels(tk, "result", "ok");
+    struct metrics_family *cq = metrics_counter_family(
+        m->reg, "motor_coordinator_conductor_queries_total",
+        "Prefix queries to the KV Conductor before routing, by result.", "result");
+    m->conductor_ok = metrics_counter_labels(cq, "result", "ok");
+    m->conductor_failed = metrics_counter_labels(cq, "result", "failed");
     m->tokenize_failed = metrics_counter_labels(tk, "result", "failed");
     m->mem_trims = metrics_counter_new(
         m->reg, "motor_coordinator_memory_trims_total",
@@ -728,6 +733,7 @@ out:
     }
     free(c->workers);
     kvsub_stop(c);
+    conductor_stop(c);
     kvidx_free(atomic_load(&c->kvidx));
     mgmt_stop(c);
     inst_table_release(&c->table);

@@ -54,6 +54,8 @@ static void on_tick(struct reactor *r, void *arg)
 {
     (void)r;
     struct coord *c = arg;
+    /* Engines are asked the way the workers talk to them (infer_tls_config). */
+    struct csettings *set = csettings_pub_get(&c->settings);
     for (size_t i = 0; i < c->table.n; i++) {
         struct instance *in = c->table.v[i];
         for (size_t j = 0; j < in->n_eps; j++) {
@@ -66,11 +68,17 @@ static void on_tick(struct reactor *r, void *arg)
             s->ours = atomic_load_explicit(&ep->load->requests, memory_order_relaxed);
             s->period = c->cfg.engine_metrics_ms;
             char url[320];
-            snprintf(url, sizeof(url), "http://%s/metrics", ep->hostport);
+            snprintf(url, sizeof(url), "%s://%s/metrics", set->engine_tls ? "https" : "http",
+                     ep->hostport);
+            struct httpc_opts o = {.url = url,
+                                   .timeout_ms = c->cfg.engine_metrics_ms,
+                                   .max_response = 4u << 20,
+                                   .tls = set->engine_tls ? &set->engine_tls_opts : NULL};
             list_insert_tail(&c->scrapes, &s->link);
-            s->h = httpc_get(c->mgmt_httpc, url, c->cfg.engine_metrics_ms, on_metrics, s);
+            s->h = httpc_request(c->mgmt_httpc, &o, on_metrics, s);
         }
     }
+    csettings_unref(set);
 }
 
 void engscrape_sync(struct coord *c)

@@ -279,6 +279,7 @@ static struct kvsub_ep *find(struct kvsub *ks, const char *hostport, const char 
 
 void kvsub_sync(struct coord *c)
 {
+    conductor_sync(c);
     if (c->cfg.scheduler == CCFG_SCHED_KV_AFFINITY && c->cfg.kv_approx) {
         kvsub_stop(c); /* no events in this mode */
         approx_sync(c);

@@ -170,6 +170,10 @@ struct preq {
     struct httpc_req *tok_h; /* the /tokenize call while TOKENIZING */
     int64_t prompt_tokens;   /* real count, -1 = unknown (then reqscan's estimate) */
     uint32_t matched;        /* cached prompt tokens where the last pick went */
+    /* the KV Conductor's answer: matched prompt tokens per endpoint address */
+    char **cond_hp;
+    uint32_t *cond_tok;
+    size_t n_cond;
     uint64_t *kv_keys;       /* block keys of the prompt (kvidx_keys) */
     size_t n_keys;
     int kv_bs;
@@ -1254,6 +1258,18 @@ static void kv_match(void *ctx, const char *const *hostports, size_t m, uint32_t
         tokens[j] *= per;
 }
 
+/* The conductor's scores (bal_match_fn). */
+static void cond_match(void *ctx, const char *const *hostports, size_t m, uint32_t *tokens)
+{
+    struct preq *pr = ctx;
+    for (size_t j = 0; j < m; j++) {
+        tokens[j] = 0;
+        for (size_t i = 0; i < pr->n_cond; i++)
+            if (!strcmp(pr->cond_hp[i], hostports[j]))
+                tokens[j] = pr->cond_tok[i];
+    }
+}
+
 static int select_ep(struct preq *pr, enum wire_role role, struct pick_ctx *x,
                      struct bal_pick *p)
 {
@@ -1262,11 +1278,11 @@ static int select_ep(struct preq *pr, enum wire_role role, struct pick_ctx *x,
     if (role != WIRE_ROLE_DECODE)
         pr->matched = 0; /* the pick of the leg that computes the prompt sets it */
     /* Cache affinity for the leg that computes the prompt (not a PD decode). */
-    if ((set->policy == BAL_KV_UNIFIED || set->policy == BAL_KV_LOAD_GATED) && pr->n_keys &&
-        role != WIRE_ROLE_DECODE) {
+    if ((set->policy == BAL_KV_UNIFIED || set->policy == BAL_KV_LOAD_GATED) &&
+        (pr->n_keys || pr->n_cond) && role != WIRE_ROLE_DECODE) {
         int64_t prompt =
             pr->prompt_tokens >= 0 ? pr->prompt_tokens : reqscan_estimate_tokens(&pr->scan, true);
-        struct bal_affinity aff = {.match = kv_match,
+        struct bal_affinity aff = {.match = pr->n_cond ? cond_match : kv_match,
                                    .ctx = pr,
                                    .prompt_tokens = prompt,
                                    .req_tokens = reqscan_estimate_tokens(&pr->scan, false) -
@@ -1737,6 +1753,10 @@ static void on_close(struct httpd_req *req, void *arg)
     free(pr->fail_body);
     free(pr->fail_ctype);
     free(pr->kv_keys);
+    for (size_t i = 0; i < pr->n_cond; i++)
+        free(pr->cond_hp[i]);
+    free(pr->cond_hp);
+    free(pr->cond_tok);
     free(pr);
     worker_maybe_stop(w);
 }
@@ -1830,6 +1850,103 @@ static const struct inst_endpoint *tokenizer_ep(struct preq *pr)
             return NULL;
     }
     return NULL;
+}
+
+/* ---- the KV Conductor (conductor.c has the wire) ------------------------------------ */
+
+static void cond_failed(struct preq *pr, const char *why)
+{
+    metrics_counter_inc(pr->c->m.conductor_failed);
+    uint64_t nf = (uint64_t)metrics_counter_value(pr->c->m.conductor_failed);
+    if ((nf & (nf - 1)) == 0)
+        log_warn("kv_conductor_unreachable", LF_STR("request_id", pr->rid), LF_STR("error", why),
+                 LF_STR("using", "load_balance"), LF_INT("failures", (int64_t)nf));
+}
+
+/* {"scores": {"ip:port": tokens, ...}}: false when it is not that. */
+static bool cond_parse(struct preq *pr, const char *body, size_t len)
+{
+    json_t *j = json_loadb(body, len, 0, NULL);
+    json_t *sc = json_object_get(j, "scores");
+    if (!json_is_object(sc)) {
+        json_decref(j);
+        return false;
+    }
+    size_t n = json_object_size(sc), k = 0;
+    pr->cond_hp = xcalloc(n ? n : 1, sizeof(char *));
+    pr->cond_tok = xcalloc(n ? n : 1, sizeof(uint32_t));
+    const char *key;
+    json_t *v;
+    json_object_foreach(sc, key, v)
+    {
+        json_int_t t = json_is_integer(v) ? json_integer_value(v) : -1;
+        if (t < 0 || t > (json_int_t)TOKREQ_MAX_TOKENS)
+            continue;
+        pr->cond_hp[k] = xstrdup(key);
+        pr->cond_tok[k++] = (uint32_t)t;
+    }
+    pr->n_cond = k;
+    json_decref(j);
+    return true;
+}
+
+static void on_cond_answer(const struct httpc_response *resp, void *arg)
+{
+    struct preq *pr = arg;
+    pr->tok_h = NULL;
+    char why[128] = "";
+    if (resp->error)
+        snprintf(why, sizeof(why), "conductor: %s", resp->error_text);
+    else if (resp->status != 200)
+        snprintf(why, sizeof(why), "conductor answered HTTP %ld", resp->status);
+    else if (!cond_parse(pr, resp->body, resp->body_len))
+        snprintf(why, sizeof(why), "conductor answered no scores");
+    if (why[0])
+        cond_failed(pr, why);
+    else
+        metrics_counter_inc(pr->c->m.conductor_ok);
+    if (step(pr, REQ_EV_TOKENIZED, why[0] ? why : "conductor scores"))
+        attempt(pr);
+}
+
+/* ROUTING -> TOKENIZING while the conductor is asked (it tokenizes itself). */
+static void conductor_query(struct preq *pr)
+{
+    pr->snap = inst_snapshot_ref(proxy_snapshot(pr->w));
+    if (!preq_tree(pr))
+        return;
+    json_t *b = tokreq_body(pr->body, pr->api == API_CHAT);
+    if (!b) {
+        uint32_t *ids;
+        size_t n;
+        if (pr->api != API_COMPLETIONS || tokreq_prompt_ids(pr->body, &ids, &n) != 1) {
+            attempt(pr);
+            return;
+        }
+        free(ids);
+        b = json_object();
+        json_object_set(b, "prompt", json_object_get(pr->body, "prompt"));
+    }
+    if (pr->model)
+        json_object_set_new(b, "model", json_string(pr->model));
+    if (!step(pr, REQ_EV_TOKENIZE, "conductor")) {
+        json_decref(b);
+        return;
+    }
+    char *url = conductor_url(pr->set->conductor, "/query");
+    char *body = json_dumps(b, JSON_COMPACT);
+    json_decref(b);
+    struct httpc_opts o = {.method = "POST",
+                           .url = url,
+                           .body = body,
+                           .body_len = strlen(body),
+                           .content_type = "application/json",
+                           .timeout_ms = pr->set->tokenize_timeout_ms,
+                           .connect_timeout_ms = pr->set->tokenize_timeout_ms,
+                           .max_response = 4u << 20};
+    pr->tok_h = httpc_request(pr->w->httpc, &o, on_cond_answer, pr);
+    free(body);
+    free(url);
 }
 
 /* The prompt as text, for approximate prefixes: a completion's prompt string, or a
@@ -2009,7 +2126,9 @@ static void handle_infer(struct httpd_req *req, struct coord_worker *w, enum api
         reactor_timer_start(w->r, &w->sweep, w->sweep_ms, w->sweep_ms);
     }
     pr->prompt_tokens = -1;
-    if (set->tokenize)
+    if (set->conductor)
+        conductor_query(pr);
+    else if (set->tokenize)
         tokenize(pr);
     else if (set->approx && (set->policy == BAL_KV_UNIFIED || set->policy == BAL_KV_LOAD_GATED))
         approx_keys(pr);

@@ -316,3 +316,174 @@ def test_engine_metrics_count_as_load(procs, tmp_path):
         return n
     assert count_on_busy(0.1) == 0      # the engine's 6 running requests weigh
     assert count_on_busy(0) >= 2        # without its /metrics they are invisible
+
+
+class FakeConductor:
+    """A KV Conductor as the coordinator speaks to it (docs/coordinator.md, "With a KV
+    Conductor"): records registrations, answers prefix queries with fixed scores."""
+
+    def __init__(self):
+        import http.server
+        import json as _json
+        import threading
+        self.registered, self.unregistered, self.queries = [], [], []
+        self.scores = {}
+        outer = self
+
+        class H(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                body = _json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
+                if self.path == "/register":
+                    outer.registered.append(body)
+                    out = {}
+                elif self.path == "/unregister":
+                    outer.unregistered.append(body)
+                    out = {}
+                elif self.path == "/query":
+                    outer.queries.append(body)
+                    out = {"scores": outer.scores}
+                else:
+                    self.send_response(404)
+                    self.end_headers()
+                    return
+                data = _json.dumps(out).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.port = free_port()
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), H)
+        self.thread = threading.Thread(target=self.srv.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+def test_kv_conductor_register_query_and_down(procs, tmp_path):
+    sims, base, rbase = start_fleet(procs, n=2)
+    cond = FakeConductor()
+    try:
+        c = start_coordinator(procs, str(tmp_path), kv_config(
+            base, rbase, prefill_kv_event_config__conductor_service=f"127.0.0.1:{cond.port}"))
+        c.set_instances([dp_instance(sims)])
+        end = time.monotonic() + 5
+        while time.monotonic() < end and len(cond.registered) < 2:
+            time.sleep(0.02)
+        regs = sorted(cond.registered, key=lambda r: r["endpoint_id"])
+        assert [r["address"] for r in regs] == [f"127.0.0.1:{s.port}" for s in sims]
+        assert [r["kv_event_endpoint"] for r in regs] == [f"tcp://127.0.0.1:{base + i}"
+                                                          for i in range(2)]
+        assert regs[1]["replay_endpoint"] == f"tcp://127.0.0.1:{rbase + 1}"
+        assert regs[0]["instance_id"] == 1 and regs[0]["role"] == "union"
+        # No subscriptions of our own: the conductor has the events.
+        assert kv_index(c) is None and not c.find_events("kv_events_subscribed")
+        # The conductor says rank 1 holds the prompts: they go there.
+        cond.scores = {f"127.0.0.1:{sims[1].port}": 100000}
+        before = [served(s) for s in sims]
+        for k in range(4):
+            assert c.completion(model="m", prompt=session_prompt(k, 1), max_tokens=2).status == 200
+        assert [served(s) - b for s, b in zip(sims, before)][0] == 0
+        assert cond.queries and cond.queries[0]["model"] == "m" and "prompt" in cond.queries[0]
+        assert c.metric("motor_coordinator_conductor_queries_total", {"result": "ok"}) == 4
+        # The conductor goes down: requests are balanced on load, no client error.
+        cond.stop()
+        before = [served(s) for s in sims]
+        for k in range(4):
+            assert c.completion(model="m", prompt=session_prompt(k, 1), max_tokens=2).status == 200
+        assert all(served(s) > b for s, b in zip(sims, before))
+        assert c.metric("motor_coordinator_conductor_queries_total", {"result": "failed"}) == 4
+        assert c.find_events("kv_conductor_unreachable")
+        stop_clean(c)
+    finally:
+        try:
+            cond.stop()
+        except Exception:
+            pass
+
+
+def test_kv_conductor_unregister(procs, tmp_path):
+    sims, base, rbase = start_fleet(procs, n=2)
+    cond = FakeConductor()
+    try:
+        c = start_coordinator(procs, str(tmp_path), kv_config(
+            base, rbase, prefill_kv_event_config__conductor_service=f"http://127.0.0.1:{cond.port}/"))
+        c.set_instances([dp_instance(sims)])
+        end = time.monotonic() + 5
+        while time.monotonic() < end and len(cond.registered) < 2:
+            time.sleep(0.02)
+        assert len(cond.registered) == 2
+        c.set_instances([dp_instance(sims[:1])])
+        end = time.monotonic() + 5
+        while time.monotonic() < end and not cond.unregistered:
+            time.sleep(0.02)
+        assert cond.unregistered == [{"instance_id": 1, "endpoint_id": 1,
+                                      "address": f"127.0.0.1:{sims[1].port}"}]
+        stop_clean(c)
+    finally:
+        cond.stop()
+
+
+def test_restart_without_replay_and_live_reload(procs, tmp_path):
+    """No replay endpoint: an engine's restart shows in its sequence numbers (from 0
+    again) and its old blocks are dropped. And kv_cache_affinity can be switched on by a
+    hot reload: the subscriptions start then."""
+    import json
+    import signal
+    base = free_port()
+    cfg = f'{{"enable_kv_cache_events": true, "endpoint": "tcp://*:{base}"}}'
+
+    def rank(r, port=None):
+        args = [*FAST, "--model", "m", "--kv-events-config", cfg, "--data-parallel-rank",
+                str(r), "--data-parallel-size", "2", "--block-size", "4"]
+        if port:
+            args += ["--port", str(port)]
+        return start_sim(procs, *args, name=f"norep{r}")
+    sims = [rank(0), rank(1)]
+    path = tmp_path / "coordinator-user_config.json"
+    c = start_coordinator(procs, str(tmp_path), {"scheduler_config": {
+        "scheduler_type": "load_balance"}})
+    c.set_instances([dp_instance(sims)])
+    assert kv_index(c) is None
+    conf = {"motor_coordinator_config": {
+        "scheduler_config": {"scheduler_type": "kv_cache_affinity"},
+        "prefill_kv_event_config": {"endpoint": f"tcp://*:{base}"}}}
+    path.write_text(json.dumps(conf))
+    c.proc.signal(signal.SIGHUP)
+    wait_connected(c, 2)
+    time.sleep(0.2)  # a SUB connected late misses what was published before
+    for k in range(2):
+        assert c.completion(model="m", prompt=session_prompt(k, 1), max_tokens=2).status == 200
+    end = time.monotonic() + 5
+    while time.monotonic() < end and sum(slot_blocks(c, s) for s in sims) < 20:
+        time.sleep(0.02)
+    victim = max(range(2), key=lambda i: slot_blocks(c, sims[i]))
+    old = slot_blocks(c, sims[victim])
+    assert old >= 10
+    port = sims[victim].port
+    sims[victim].kill()
+    sims[victim].wait()
+    sims[victim] = rank(victim, port)
+    wait_connected(c, 2)
+    time.sleep(0.2)
+    # The new process's first batches (seq 1, 2, ...) are below what was expected: the
+    # slot is cleared, then fills with what the new engine stores.
+    before = [served(s) for s in sims]
+    k = 0
+    while served(sims[victim]) == before[victim] and k < 20:
+        assert c.completion(model="m", prompt=session_prompt(100 + k, 0),
+                            max_tokens=2).status == 200
+        k += 1
+    end = time.monotonic() + 5
+    while time.monotonic() < end and not c.find_events("kv_events_engine_restarted"):
+        time.sleep(0.02)
+    assert c.find_events("kv_events_engine_restarted")
+    assert slot_blocks(c, sims[victim]) < old
+    assert kv_index(c)["events"]["restarts"] >= 1
+    stop_clean(c)
