@@ -431,10 +431,43 @@ static void preq_end(struct preq *pr, enum reqfsm_event ev, int cause, const str
                       a->body ? a->body : "", a->body ? a->len : 0);
 }
 
+static void abort_sent(const struct httpc_response *resp, void *arg)
+{
+    (void)arg;
+    if (resp->error || resp->status != 200)
+        log_info("abort_request_failed", LF_INT("status", resp->status),
+                 LF_STR("error", resp->error_text));
+}
+
+/* SGLang: closing a leg's connection does not stop its generation (the bootstrap pair
+ * would keep computing); POST /abort_request {"rid"} to each engine still holding a leg.
+ * Fire and forget: nothing refers back to the request. */
+static void sglang_abort(struct preq *pr)
+{
+    for (int i = 0; i < 2; i++) {
+        struct leg *leg = &pr->legs[i];
+        if (!leg->h || !leg->ep)
+            continue;
+        char url[320], body[160];
+        snprintf(url, sizeof(url), "http://%s/abort_request", leg->ep->hostport);
+        int n = snprintf(body, sizeof(body), "{\"rid\":\"%s\"}", up_rid(pr));
+        struct httpc_opts o = {.method = "POST",
+                               .url = url,
+                               .body = body,
+                               .body_len = (size_t)n,
+                               .timeout_ms = 5000,
+                               .connect_timeout_ms = pr->set->connect_timeout_ms};
+        httpc_request(pr->w->httpc, &o, abort_sent, NULL);
+        log_debug("abort_request", LF_STR("request_id", pr->rid), LF_STR("url", url));
+    }
+}
+
 /* The request cannot go on because its client is gone (on_close, or defensively where
  * the body should still be readable). */
 static void client_gone(struct preq *pr)
 {
+    if (pr->mode == MODE_SGLANG_PD && state_of(pr) != REQ_DONE)
+        sglang_abort(pr);
     preq_end(pr, REQ_EV_CLIENT_GONE, CAUSE_CLIENT_DISCONNECT,
              &(struct answer){.status = 499, .why = "client connection closed"});
 }
@@ -1927,6 +1960,32 @@ static void tokenize(struct preq *pr)
     free(body);
 }
 
+/* "motor-<boot>-<worker>-<seq>" into rid (64 bytes). */
+static void make_rid(struct coord_worker *w, char *rid)
+{
+    if (!w->rid_prefix_len) {
+        int n = snprintf(w->rid_prefix, sizeof(w->rid_prefix), "motor-%08x-%02x-",
+                         (unsigned)(w->c->start_wall_ms & 0xffffffff), w->idx);
+        w->rid_prefix_len = n > 0 ? MOTOR_MIN((size_t)n, sizeof(w->rid_prefix) - 1) : 0;
+    }
+    memcpy(rid, w->rid_prefix, w->rid_prefix_len);
+    size_t idn = util_fmt_hex64(rid + w->rid_prefix_len, ++w->seq);
+    rid[w->rid_prefix_len + idn] = '\0';
+}
+
+void proxy_live_add(struct coord_worker *w)
+{
+    w->n_live++;
+    metrics_gauge_inc(w->c->m.inflight);
+}
+
+void proxy_live_done(struct coord_worker *w)
+{
+    w->n_live--;
+    metrics_gauge_dec(w->c->m.inflight);
+    worker_maybe_stop(w);
+}
+
 static void handle_infer(struct httpd_req *req, struct coord_worker *w, enum api api)
 {
     struct coord *c = w->c;
@@ -1971,7 +2030,31 @@ static void handle_infer(struct httpd_req *req, struct coord_worker *w, enum api
         respond_openai_error(req, 400, "BadRequestError", why);
         return;
     }
+    /* PD mode: a hand-off takes one prompt and one choice, other shapes fan out
+     * (fanout.c). Only a body that may hold one is parsed here (the PD route parses it
+     * anyway: the tree is kept). */
+    json_t *tree = NULL;
+    struct inst_snapshot *snap = proxy_snapshot(w);
+    if (snap->n_routable[WIRE_ROLE_PREFILL] && snap->n_routable[WIRE_ROLE_DECODE] &&
+        !httpd_req_header(req, "X-Motor-Fanout") &&
+        (scan.prompt == REQSCAN_ARRAY || memmem(raw, body_len, "\"n\"", 3) ||
+         memmem(raw, body_len, "\"best_of\"", 9))) {
+        tree = json_loadb(raw, body_len, 0, NULL);
+        int np, n, bo;
+        if (json_is_object(tree) && fanout_shape(tree, api == API_CHAT, &np, &n, &bo) > 1) {
+            char rid[64];
+            make_rid(w, rid);
+            reqscan_release(&scan);
+            fanout_start(w, req, api == API_CHAT, tree, api_names[api], rid);
+            return;
+        }
+        if (!json_is_object(tree)) {
+            json_decref(tree);
+            tree = NULL;
+        }
+    }
     struct preq *pr = xcalloc(1, sizeof(*pr));
+    pr->body = tree;
     pr->w = w;
     pr->c = c;
     pr->hreq = req;
@@ -1990,14 +2073,7 @@ static void handle_infer(struct httpd_req *req, struct coord_worker *w, enum api
     pr->pin_p = pr->pin_d = -1;
     pr->probe =
         prec_probe_pin(c, httpd_req_header(req, "X-Motor-Precision-Probe"), &pr->pin_p, &pr->pin_d);
-    if (!w->rid_prefix_len) {
-        int n = snprintf(w->rid_prefix, sizeof(w->rid_prefix), "motor-%08x-%02x-",
-                         (unsigned)(c->start_wall_ms & 0xffffffff), w->idx);
-        w->rid_prefix_len = n > 0 ? MOTOR_MIN((size_t)n, sizeof(w->rid_prefix) - 1) : 0;
-    }
-    memcpy(pr->rid, w->rid_prefix, w->rid_prefix_len);
-    size_t idn = util_fmt_hex64(pr->rid + w->rid_prefix_len, ++w->seq);
-    pr->rid[w->rid_prefix_len + idn] = '\0';
+    make_rid(w, pr->rid);
     list_insert_tail(&w->live, &pr->link);
     w->n_live++;
     metrics_gauge_inc(c->m.inflight);
