@@ -439,6 +439,7 @@ static int worker_create(struct coord *c, struct coord_worker *w, int idx, uint1
         .reuse_port = true,
         .max_connections = c->conn_per_worker,
         .evict_idle = true,
+        .openai_errors = true,
         .idle_timeout_s = (unsigned)((c->cfg.keep_alive_ms + 999) / 1000),
         .quiet_paths = quiet_paths,
     };

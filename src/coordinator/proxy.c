@@ -67,9 +67,24 @@
 #define PROXY_BUSY_AT_ONCE 4
 #define PROXY_BUSY_DELAY_MAX_MS 1000
 
-enum api { API_COMPLETIONS = 0, API_CHAT };
-static const char *const api_names[] = {"completions", "chat_completions"};
-static const char *const api_paths[] = {"/v1/completions", "/v1/chat/completions"};
+/* Generation APIs (PD-aware) first, then the routes any instance serves. */
+enum api {
+    API_COMPLETIONS = 0,
+    API_CHAT,
+    API_RESPONSES, /* OpenAI Responses: named SSE events, no [DONE] */
+    API_MESSAGES,  /* Anthropic-style messages (vLLM's): named SSE events */
+    API_EMBEDDINGS,
+    API_TOKENIZE,
+    API_DETOKENIZE,
+};
+#define API_FIRST_ANY API_EMBEDDINGS /* from here: no generation, any role serves it */
+static const char *const api_names[] = {"completions", "chat_completions", "responses",
+                                        "messages",    "embeddings",       "tokenize",
+                                        "detokenize"};
+static const char *const api_paths[] = {"/v1/completions", "/v1/chat/completions",
+                                        "/v1/responses",   "/v1/messages",
+                                        "/v1/embeddings",  "/tokenize",
+                                        "/detokenize"};
 
 enum mode { MODE_SINGLE = 0, MODE_VLLM_PD, MODE_SGLANG_PD };
 static const char *const mode_names[] = {"single", "vllm_pd", "sglang_pd"};
@@ -196,7 +211,8 @@ static inline __attribute__((always_inline)) bool step(struct preq *pr, enum req
  * union answer is forwarded as it comes. */
 static bool sse_in_use(const struct preq *pr, enum reqfsm_state st)
 {
-    return st == REQ_STREAMING && (pr->mode != MODE_SINGLE || pr->rs || pr->acc);
+    return st == REQ_STREAMING &&
+           (pr->mode != MODE_SINGLE || pr->rs || pr->acc || pr->api >= API_RESPONSES);
 }
 
 /* The body the legs are made from: the client's, or a continuation's. */
@@ -690,6 +706,13 @@ static int on_sse_event(const char *raw, size_t raw_len, const char *data, size_
     json_t *j = NULL;
     if (has_data && data_len == 6 && memcmp(data, "[DONE]", 6) == 0)
         pr->done_seen = true;
+    else if (has_data && pr->api == API_RESPONSES &&
+             (memmem(data, data_len, "\"response.completed\"", 20) ||
+              memmem(data, data_len, "\"response.incomplete\"", 21) ||
+              memmem(data, data_len, "\"response.failed\"", 17)))
+        pr->done_seen = true; /* the Responses API's last event (it sends no [DONE]) */
+    else if (has_data && pr->api == API_MESSAGES && memmem(data, data_len, "\"message_stop\"", 14))
+        pr->done_seen = true;
     if (pr->rs && has_data && data_len && data[0] == '{' &&
         (j = json_loadb(data, data_len, 0, NULL)) && json_is_object(j)) {
         /* a continuation: its events become part of the first answer */
@@ -808,7 +831,7 @@ static int rec_forward(struct preq *pr, const char *data, size_t len)
 /* Did the stream end as a finished OpenAI stream does, with data: [DONE]? */
 static bool stream_finished(const struct preq *pr)
 {
-    if (pr->mode != MODE_SINGLE || pr->rs || pr->acc)
+    if (pr->mode != MODE_SINGLE || pr->rs || pr->acc || pr->api >= API_RESPONSES)
         return pr->done_seen;
     /* recording: the stream is in rec; else its last bytes are in tail */
     const char *t = pr->rec.max ? pr->rec.buf : pr->tail;
@@ -935,6 +958,10 @@ static bool reschedule(struct preq *pr, struct leg *leg, const char *error, cons
     }
     if (!pr->rec.max) {
         *why = "the answer so far is over the recording limit";
+        return false;
+    }
+    if (pr->api != API_COMPLETIONS && pr->api != API_CHAT) {
+        *why = "only completions and chat completions are continued";
         return false;
     }
     if (!pr->hreq)
@@ -1399,6 +1426,12 @@ static bool plan(struct preq *pr)
                pick_role(pr, WIRE_ROLE_DECODE, NULL, d) ||
                pick_role(pr, WIRE_ROLE_PREFILL, NULL, d);
     }
+    if (pr->api >= API_FIRST_ANY) {
+        /* embeddings, tokenizer: no generation, no hand-off; any engine of the model */
+        pr->mode = MODE_SINGLE;
+        return pick_role(pr, WIRE_ROLE_UNION, NULL, d) ||
+               pick_role(pr, WIRE_ROLE_PREFILL, NULL, d) || pick_role(pr, WIRE_ROLE_DECODE, NULL, d);
+    }
     bool pd_present = s->n_routable[WIRE_ROLE_PREFILL] || s->n_routable[WIRE_ROLE_DECODE];
     if (s->n_routable[WIRE_ROLE_PREFILL] && s->n_routable[WIRE_ROLE_DECODE]) {
         if (pick_role(pr, WIRE_ROLE_PREFILL, NULL, p)) {
@@ -1599,6 +1632,8 @@ static void attempt(struct preq *pr)
         if (!step(pr, REQ_EV_HANDOFF, mode_names[pr->mode]))
             return;
         json_t *b = pdreq_vllm_prefill(req_tree(pr), up_rid(pr));
+        if (pr->api == API_RESPONSES) /* its budget key: the prefill computes one token */
+            json_object_set_new(b, "max_output_tokens", json_integer(1));
         char *sb = json_dumps(b, JSON_COMPACT);
         json_decref(b);
         leg_start(pr, p, sb, strlen(sb), false);
@@ -2018,7 +2053,7 @@ static void handle_infer(struct httpd_req *req, struct coord_worker *w, enum api
     } else if (scan.model != REQSCAN_ABSENT && scan.model != REQSCAN_STRING &&
                scan.model != REQSCAN_NULL) {
         why = "'model' must be a string";
-    } else if (api == API_CHAT && scan.messages != REQSCAN_ARRAY) {
+    } else if ((api == API_CHAT || api == API_MESSAGES) && scan.messages != REQSCAN_ARRAY) {
         why = "'messages' must be an array";
     } else if (api == API_COMPLETIONS && scan.prompt == REQSCAN_ABSENT) {
         why = "'prompt' is required";
@@ -2035,8 +2070,8 @@ static void handle_infer(struct httpd_req *req, struct coord_worker *w, enum api
      * anyway: the tree is kept). */
     json_t *tree = NULL;
     struct inst_snapshot *snap = proxy_snapshot(w);
-    if (snap->n_routable[WIRE_ROLE_PREFILL] && snap->n_routable[WIRE_ROLE_DECODE] &&
-        !httpd_req_header(req, "X-Motor-Fanout") &&
+    if (api <= API_CHAT && snap->n_routable[WIRE_ROLE_PREFILL] &&
+        snap->n_routable[WIRE_ROLE_DECODE] && !httpd_req_header(req, "X-Motor-Fanout") &&
         (scan.prompt == REQSCAN_ARRAY || memmem(raw, body_len, "\"n\"", 3) ||
          memmem(raw, body_len, "\"best_of\"", 9))) {
         tree = json_loadb(raw, body_len, 0, NULL);
@@ -2103,6 +2138,58 @@ static void h_chat(struct httpd_req *req, void *arg)
     handle_infer(req, arg, API_CHAT);
 }
 
+static void h_responses(struct httpd_req *req, void *arg)
+{
+    handle_infer(req, arg, API_RESPONSES);
+}
+
+static void h_messages(struct httpd_req *req, void *arg)
+{
+    handle_infer(req, arg, API_MESSAGES);
+}
+
+static void h_embeddings(struct httpd_req *req, void *arg)
+{
+    handle_infer(req, arg, API_EMBEDDINGS);
+}
+
+static void h_tokenize(struct httpd_req *req, void *arg)
+{
+    handle_infer(req, arg, API_TOKENIZE);
+}
+
+static void h_detokenize(struct httpd_req *req, void *arg)
+{
+    handle_infer(req, arg, API_DETOKENIZE);
+}
+
+/* GET /v1/models/{id}: the card of a model some instance serves, else vLLM's 404. */
+static void h_model(struct httpd_req *req, void *arg)
+{
+    struct coord_worker *w = arg;
+    if (!check_auth(w->c, proxy_settings(w), req, "models"))
+        return;
+    if (!coord_refuse_standby(w->c, req, "models"))
+        return;
+    const char *a = httpd_req_param(req, "id"), *b = httpd_req_param(req, "rest");
+    char id[512];
+    snprintf(id, sizeof(id), "%s%s%s", a ? a : "", b ? "/" : "", b ? b : "");
+    struct inst_snapshot *s = proxy_snapshot(w);
+    for (size_t i = 0; i < s->n_models; i++)
+        if (!strcmp(s->models[i], id)) {
+            coord_count_request(w->c, "models", 200);
+            httpd_respond_json(req, 200,
+                               json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", id, "object", "model",
+                                         "created", (json_int_t)(w->c->start_wall_ms / 1000),
+                                         "owned_by", "motor", "root", id));
+            return;
+        }
+    char msg[600];
+    snprintf(msg, sizeof(msg), "The model `%s` does not exist.", id);
+    coord_count_request(w->c, "models", 404);
+    respond_openai_error(req, 404, "NotFoundError", msg);
+}
+
 static void h_models(struct httpd_req *req, void *arg)
 {
     struct coord_worker *w = arg;
@@ -2141,6 +2228,13 @@ void proxy_register_routes(struct coord_worker *w)
     httpd_route(w->httpd, "POST", "/v1/completions", h_completions, w, 0);
     httpd_route(w->httpd, "POST", "/v1/chat/completions", h_chat, w, 0);
     httpd_route(w->httpd, "GET", "/v1/models", h_models, w, 0);
+    httpd_route(w->httpd, "GET", "/v1/models/{id}", h_model, w, 0);
+    httpd_route(w->httpd, "GET", "/v1/models/{id}/{rest}", h_model, w, 0); /* org/name */
+    httpd_route(w->httpd, "POST", "/v1/responses", h_responses, w, 0);
+    httpd_route(w->httpd, "POST", "/v1/messages", h_messages, w, 0);
+    httpd_route(w->httpd, "POST", "/v1/embeddings", h_embeddings, w, 0);
+    httpd_route(w->httpd, "POST", "/tokenize", h_tokenize, w, 0);
+    httpd_route(w->httpd, "POST", "/detokenize", h_detokenize, w, 0);
     httpd_route(w->httpd, "GET", "/health", h_health, w, 0);
     httpd_route(w->httpd, "GET", "/liveness", h_health, w, 0);
     httpd_route(w->httpd, "GET", "/startup", h_health, w, 0);
