@@ -80,6 +80,8 @@ struct coord_worker {
     bool started;
     struct reactor *r;
     struct httpd *httpd;
+    struct httpd *meta_httpd; /* trigger mode's metaserver (POST /v1/metaserver) */
+    uint16_t meta_port;
     struct httpc *httpc;
     struct inst_snapshot *snap; /* this worker's cached reference */
     uint64_t snap_version;

@@ -86,8 +86,8 @@ static const char *const api_paths[] = {"/v1/completions", "/v1/chat/completions
                                         "/v1/embeddings",  "/tokenize",
                                         "/detokenize"};
 
-enum mode { MODE_SINGLE = 0, MODE_VLLM_PD, MODE_SGLANG_PD };
-static const char *const mode_names[] = {"single", "vllm_pd", "sglang_pd"};
+enum mode { MODE_SINGLE = 0, MODE_VLLM_PD, MODE_SGLANG_PD, MODE_VLLM_TRIGGER };
+static const char *const mode_names[] = {"single", "vllm_pd", "sglang_pd", "vllm_trigger"};
 
 enum { LEG_PREFILL = 0, LEG_MAIN = 1 };
 
@@ -137,6 +137,7 @@ struct preq {
     int attempts;
     int retries;
     int busy; /* busy endpoints met (not retries: load is not failure) */
+    struct meta_wait *meta; /* trigger mode: the decode engine's callback, awaiting its prefill */
     struct {
         int64_t inst, ep;
     } avoid[PROXY_MAX_AVOID];
@@ -323,8 +324,43 @@ static void leg_verdict(struct preq *pr, struct leg *leg, int outcome)
 
 /* Stop a leg: cancel its HTTP request, give back its load, and close its breaker
  * admission without a verdict unless one was given. */
+/* Trigger mode: the decode engine's POST /v1/metaserver, held until the prefill it
+ * asked for has run. Its own allocation: the callback's connection may outlive the
+ * request or end first (either side clears the link). */
+struct meta_wait {
+    struct preq *pr;
+    struct httpd_req *req;
+};
+
+static void meta_closed(struct httpd_req *req, void *arg)
+{
+    struct meta_wait *mw = arg;
+    if (mw->pr)
+        mw->pr->meta = NULL;
+    free(mw);
+}
+
+/* Answer the held callback (status 2xx: the decode engine generates; else its leg fails
+ * with 502, naming the status). */
+static void meta_answer(struct preq *pr, int status, json_t *body)
+{
+    struct meta_wait *mw = pr->meta;
+    if (!mw) {
+        json_decref(body);
+        return;
+    }
+    pr->meta = NULL;
+    mw->pr = NULL;
+    httpd_respond_json(mw->req, status, body);
+}
+
 static void leg_release(struct preq *pr, struct leg *leg)
 {
+    if (pr->meta) /* the request moves on without this prefill: the callback is moot */
+        meta_answer(pr, 503,
+                    json_pack("{s:{s:s, s:s, s:n, s:i}}", "error", "message",
+                              "the request no longer waits for this prefill", "type",
+                              "ServiceUnavailableError", "param", "code", 503));
     if (leg->h) {
         httpc_cancel(pr->w->httpc, leg->h);
         leg->h = NULL;
@@ -1140,6 +1176,22 @@ static void leg_start(struct preq *pr, struct leg *leg, const char *body, size_t
 static void prefill_done(struct preq *pr, struct leg *leg, const struct httpc_response *resp)
 {
     enum reqfsm_state st = state_of(pr);
+    if (pr->mode == MODE_VLLM_TRIGGER && !resp->error && leg->status >= 200 && leg->status < 300) {
+        /* The prefill ran: tell the waiting decode engine (it generates now). */
+        json_t *j = json_loadb(strbuf_str(&leg->body), leg->body.len, 0, NULL);
+        json_t *kv = json_incref(json_object_get(j, "kv_transfer_params"));
+        json_decref(j);
+        meta_answer(pr, 200, kv ? kv : json_object());
+        if (!step(pr, REQ_EV_PREFILL_DONE, "trigger prefill done"))
+            return;
+        leg_verdict(pr, leg, 1);
+        if (leg->load_held) {
+            inst_load_release(leg->ep->load, leg->tokens);
+            leg->load_held = false;
+        }
+        strbuf_release(&leg->body);
+        return;
+    }
     if (pr->mode == MODE_SGLANG_PD && (st == REQ_BUFFERING || st == REQ_STREAMING)) {
         /* The decode side already answers: the prefill's outcome only feeds its
          * breaker, the client's request goes on (or fails) with the decode leg. */
@@ -1283,8 +1335,6 @@ static bool pick_filter(struct instance *in, const struct inst_endpoint *ep, voi
     struct pick_ctx *x = arg;
     if (!model_ok(in, x->model))
         return false;
-    if (in->dispatch == WIRE_DISPATCH_TRIGGER)
-        return false; /* the layerwise trigger flow needs a metaserver we do not run */
     if (x->p) {
         if (in->engine != x->p->engine)
             return false;
@@ -1436,7 +1486,9 @@ static bool plan(struct preq *pr)
     if (s->n_routable[WIRE_ROLE_PREFILL] && s->n_routable[WIRE_ROLE_DECODE]) {
         if (pick_role(pr, WIRE_ROLE_PREFILL, NULL, p)) {
             if (pick_role(pr, WIRE_ROLE_DECODE, p->inst, d)) {
-                pr->mode = p->inst->engine == INST_ENGINE_SGLANG ? MODE_SGLANG_PD : MODE_VLLM_PD;
+                pr->mode = p->inst->engine == INST_ENGINE_SGLANG        ? MODE_SGLANG_PD
+                           : d->inst->dispatch == WIRE_DISPATCH_TRIGGER ? MODE_VLLM_TRIGGER
+                                                                        : MODE_VLLM_PD;
                 return true;
             }
             leg_release(pr, p);
@@ -1638,6 +1690,30 @@ static void attempt(struct preq *pr)
         json_decref(b);
         leg_start(pr, p, sb, strlen(sb), false);
         free(sb);
+        break;
+    }
+    case MODE_VLLM_TRIGGER: {
+        /* Decode first: the engine calls this worker's metaserver back for its prefill
+         * (h_metaserver), then generates. */
+        if (!preq_tree(pr))
+            return;
+        if (!step(pr, REQ_EV_SENT, mode_names[pr->mode]))
+            return;
+        const char *host = pr->c->cfg.host;
+        if (!*host || !strcmp(host, "0.0.0.0") || !strcmp(host, "::"))
+            host = "127.0.0.1";
+        bool v6 = strchr(host, ':') != NULL;
+        char url[200];
+        snprintf(url, sizeof(url), "http://%s%s%s:%u/v1/metaserver?attempt=%d", v6 ? "[" : "", host,
+                 v6 ? "]" : "", (unsigned)pr->w->meta_port, pr->attempts);
+        json_t *ticket = json_pack("{s:b, s:b, s:s}", "do_remote_prefill", 1, "do_remote_decode", 0,
+                                   "metaserver", url);
+        json_t *db = pdreq_vllm_decode(req_tree(pr), up_rid(pr), ticket);
+        json_decref(ticket);
+        char *ds = json_dumps(db, JSON_COMPACT);
+        json_decref(db);
+        leg_start(pr, d, ds, strlen(ds), pr->stream);
+        free(ds);
         break;
     }
     case MODE_SGLANG_PD: {
@@ -2163,6 +2239,81 @@ static void h_detokenize(struct httpd_req *req, void *arg)
     handle_infer(req, arg, API_DETOKENIZE);
 }
 
+/* Does the callback's request id name this request? vLLM's engine-side ids are
+ * "cmpl-<id>-0" (completions) and "chatcmpl-<id>" (chat), <id> being ours. */
+static bool meta_names(const struct preq *pr, const char *id)
+{
+    const char *rid = up_rid(pr);
+    size_t rl = strlen(rid);
+    if (!strncmp(id, "chatcmpl-", 9))
+        id += 9;
+    else if (!strncmp(id, "cmpl-", 5))
+        id += 5;
+    size_t il = strlen(id);
+    if (il == rl + 2 && !strcmp(id + rl, "-0"))
+        il = rl;
+    return il == rl && !strncmp(id, rid, rl);
+}
+
+/* POST /v1/metaserver?attempt=N (trigger mode, spec §9.4): a decode engine asks for the
+ * prefill of a request it holds. 404 an unknown request, 409 a stale attempt (or one
+ * already served); else the prefill leg is sent and the answer waits for it. */
+static void h_metaserver(struct httpd_req *req, void *arg)
+{
+    struct coord_worker *w = arg;
+    size_t len;
+    const char *raw = httpd_req_body(req, &len);
+    json_t *kv = raw ? json_loadb(raw, len, 0, NULL) : NULL;
+    const char *id = json_string_value(json_object_get(kv, "request_id"));
+    const char *att = httpd_req_query(req, "attempt");
+    if (!id) {
+        json_decref(kv);
+        respond_openai_error(req, 400, "BadRequestError", "request_id is required");
+        return;
+    }
+    struct preq *pr = NULL;
+    struct list_head *n;
+    list_for_each(n, &w->live)
+    {
+        struct preq *x = list_entry(n, struct preq, link);
+        if (x->mode == MODE_VLLM_TRIGGER && state_of(x) != REQ_DONE && meta_names(x, id)) {
+            pr = x;
+            break;
+        }
+    }
+    char msg[200];
+    if (!pr) {
+        snprintf(msg, sizeof(msg), "unknown request %.120s", id);
+        json_decref(kv);
+        respond_openai_error(req, 404, "NotFoundError", msg);
+        return;
+    }
+    struct leg *p = &pr->legs[LEG_PREFILL];
+    if ((att && atoi(att) != pr->attempts) || state_of(pr) != REQ_DECODE || pr->meta || p->h ||
+        !p->inst) {
+        snprintf(msg, sizeof(msg), "stale attempt %s of request %.120s (now attempt %d)",
+                 att ? att : "?", id, pr->attempts);
+        json_decref(kv);
+        respond_openai_error(req, 409, "ConflictError", msg);
+        return;
+    }
+    json_t *b = pdreq_vllm_prefill(req_tree(pr), up_rid(pr));
+    json_object_set_new(b, "kv_transfer_params", kv); /* the decode engine's: push to it */
+    if (pr->api == API_RESPONSES)
+        json_object_set_new(b, "max_output_tokens", json_integer(1));
+    char *sb = json_dumps(b, JSON_COMPACT);
+    json_decref(b);
+    struct meta_wait *mw = xcalloc(1, sizeof(*mw));
+    mw->pr = pr;
+    mw->req = req;
+    pr->meta = mw;
+    httpd_req_on_close(req, meta_closed, mw);
+    log_debug("metaserver_callback", LF_STR("request_id", pr->rid), LF_INT("attempt", pr->attempts),
+              LF_INT("prefill_instance", p->inst->id));
+    leg_start(pr, p, sb, strlen(sb), false);
+    free(sb);
+}
+
 /* GET /v1/models/{id}: the card of a model some instance serves, else vLLM's 404. */
 static void h_model(struct httpd_req *req, void *arg)
 {
@@ -2229,6 +2380,8 @@ void proxy_register_routes(struct coord_worker *w)
     httpd_route(w->httpd, "POST", "/v1/chat/completions", h_chat, w, 0);
     httpd_route(w->httpd, "GET", "/v1/models", h_models, w, 0);
     httpd_route(w->httpd, "GET", "/v1/models/{id}", h_model, w, 0);
+    if (w->meta_httpd)
+        httpd_route(w->meta_httpd, "POST", "/v1/metaserver", h_metaserver, w, 0);
     httpd_route(w->httpd, "GET", "/v1/models/{id}/{rest}", h_model, w, 0); /* org/name */
     httpd_route(w->httpd, "POST", "/v1/responses", h_responses, w, 0);
     httpd_route(w->httpd, "POST", "/v1/messages", h_messages, w, 0);
