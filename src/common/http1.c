@@ -286,7 +286,11 @@ int http1_parse_request(const char *buf, size_t len, struct http1_request *r)
     size_t n = 0;
     const char *nl = line_end(p, end, &n);
     if (!nl)
-        goto incomplete;
+        return (size_t)(end - p) > HTTP1_REQUEST_LINE_MAX || len >= HTTP1_REQUEST_HEAD_MAX
+                   ? -ENAMETOOLONG
+                   : 0;
+    if (n > HTTP1_REQUEST_LINE_MAX)
+        return -ENAMETOOLONG;
     int rc = parse_request_line(p, n, r);
     if (rc != 0)
         return rc;

@@ -14,6 +14,7 @@
  *   -EBADMSG          malformed (a request head or body answers 400)
  *   -EMSGSIZE         a cap exceeded: head size, field count (431 for request heads),
  *                     chunk-size line, trailers
+ *   -ENAMETOOLONG     a request line over HTTP1_REQUEST_LINE_MAX (414)
  *   -ENOTSUP          a request Transfer-Encoding other than chunked (501)
  *   -EPROTONOSUPPORT  not HTTP/1.x (505)
  * URL parsing adds -EINVAL (bad syntax) and -EPROTONOSUPPORT (another scheme).
@@ -32,7 +33,10 @@
 /* A request head (request line + fields + blank line) larger than this, or with more
  * than HTTP1_REQUEST_FIELDS_MAX field lines, is refused with -EMSGSIZE (431). */
 #define HTTP1_REQUEST_HEAD_MAX (16u * 1024)
-#define HTTP1_REQUEST_FIELDS_MAX 64
+#define HTTP1_REQUEST_FIELDS_MAX 128 /* clients behind corporate proxies send ~100 */
+/* A request line longer than this (or one that does not end within the head cap) is
+ * refused with -ENAMETOOLONG (414 URI Too Long, as nginx's 8 KiB line buffers). */
+#define HTTP1_REQUEST_LINE_MAX (8u * 1024)
 
 struct http1_field { /* views into the parsed buffer, not NUL-terminated */
     const char *name;

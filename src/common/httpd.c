@@ -480,6 +480,7 @@ struct httpd *httpd_new(struct reactor *r, const struct httpd_config *cfg)
     h->min_rate = HTTPD_MIN_RATE;
     h->max_connections = cfg->max_connections ? cfg->max_connections : 1024;
     h->evict_idle = cfg->evict_idle;
+    h->openai_errors = cfg->openai_errors;
     h->api_key = xstrdup(cfg->api_key);
     h->api_key_header =
         xstrdup(cfg->api_key_header ? cfg->api_key_header : "X-Motor-Management-Key");
@@ -795,15 +796,53 @@ void httpd_respond_json(struct httpd_req *req, int status, json_t *body)
     respond_take(req, status, "application/json", s, strlen(s));
 }
 
+/* vLLM's error type names (create_error_response), by status. */
+static const char *openai_error_type(int status)
+{
+    switch (status) {
+    case 400: return "BadRequestError";
+    case 401: return "UnauthorizedError";
+    case 403: return "PermissionDeniedError";
+    case 404: return "NotFoundError";
+    case 405: return "MethodNotAllowedError";
+    case 408: return "RequestTimeoutError";
+    case 413: return "RequestEntityTooLargeError";
+    case 414: return "URITooLongError";
+    case 429: return "TooManyRequestsError";
+    case 431: return "RequestHeaderFieldsTooLargeError";
+    case 501: return "NotImplementedError";
+    case 503: return "ServiceUnavailableError";
+    case 504: return "GatewayTimeoutError";
+    case 505: return "HTTPVersionNotSupportedError";
+    default: return status >= 500 ? "InternalServerError" : "BadRequestError";
+    }
+}
+
+int httpd_error_json(const struct httpd *h, int status, const char *detail, char *buf,
+                     size_t cap)
+{
+    int n = h->openai_errors
+                ? snprintf(buf, cap,
+                           "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"param\":null,"
+                           "\"code\":%d}}",
+                           detail, openai_error_type(status), status)
+                : snprintf(buf, cap, "{\"detail\":\"%s\"}", detail);
+    return n < 0 ? 0 : (size_t)n >= cap ? (int)cap - 1 : n;
+}
+
 void httpd_respond_error(struct httpd_req *req, int status, const char *detail)
 {
     struct strbuf sb;
     strbuf_init(&sb, 64 * 1024);
-    strbuf_puts(&sb, "{\"detail\":");
+    bool oa = req->h->openai_errors;
+    strbuf_puts(&sb, oa ? "{\"error\":{\"message\":" : "{\"detail\":");
     if (strbuf_put_json_string(&sb, detail ? detail : "") != 0) {
         strbuf_reset(&sb);
-        strbuf_puts(&sb, "{\"detail\":\"error\"");
+        strbuf_puts(&sb, oa ? "{\"error\":{\"message\":\"error\"" : "{\"detail\":\"error\"");
     }
+    if (oa)
+        strbuf_appendf(&sb, ",\"type\":\"%s\",\"param\":null,\"code\":%d}",
+                       openai_error_type(status), status);
     strbuf_putc(&sb, '}');
     size_t len = sb.len;
     respond_take(req, status, "application/json", strbuf_take(&sb), len);

@@ -65,6 +65,10 @@ struct httpd_config {
      * connections must not lock new clients out, as nginx does). Off: the new one is
      * closed at accept (an engine's connection cap). */
     bool evict_idle;
+    /* The server's own error answers (400, 404, 405, 413, 414, 431, 503, …) in OpenAI's
+     * shape {"error":{"message","type","param","code"}} instead of FastAPI's
+     * {"detail"}: what an OpenAI SDK can show. */
+    bool openai_errors;
     bool reuse_port;           /* SO_REUSEPORT: several servers (threads) on one port */
     /* TLS: enabled when cert_file and key_file are set (PEM; the certificate file may
      * hold the chain). ca_file (optional) makes the server require client certificates

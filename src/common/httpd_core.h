@@ -51,6 +51,7 @@ struct httpd {
     unsigned min_rate; /* HTTPD_MIN_RATE; tests raise it (httpd_set_min_rate) */
     unsigned max_connections;
     bool evict_idle;
+    bool openai_errors;
     uint16_t port;
     bool stopping; /* httpd_free in progress: handlers no longer run */
     char *api_key_header;
@@ -116,6 +117,10 @@ void httpd_req_dispatch(struct httpd_req *req);
 /* The request is over (ok: answered and sent; else the client went away or the answer
  * was aborted): access log, on_close (exactly once), unlink, free. */
 void httpd_req_finish(struct httpd_req *req, bool ok);
+/* The body of a server-made error answer (detail: plain text without quotes), in the
+ * server's error shape (openai_errors or FastAPI's); its length. */
+int httpd_error_json(const struct httpd *h, int status, const char *detail, char *buf,
+                     size_t cap);
 /* 503 with Connection: close, for requests pending at httpd_free. */
 void httpd_req_shutdown_answer(struct httpd_req *req);
 /* Reason phrase for a status code ("OK"; "" for unknown codes). */

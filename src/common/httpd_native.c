@@ -540,8 +540,8 @@ static void hc_fill(struct hconn *c)
 static void hc_error(struct hconn *c, int status, const char *detail)
 {
     const char *reason = httpd_status_text(status);
-    char body[128];
-    int bl = snprintf(body, sizeof(body), "{\"detail\":\"%s\"}", detail);
+    char body[256];
+    int bl = httpd_error_json(c->n->h, status, detail, body, sizeof(body));
     strbuf_appendf(&c->out, "HTTP/1.1 %d %s", status, reason);
     strbuf_append(&c->out, date_line(c->n), DATE_LINE_LEN);
     strbuf_appendf(&c->out,
@@ -759,6 +759,8 @@ static enum step step_head(struct hconn *c)
             }
             if (rc == -EMSGSIZE)
                 hc_error(c, 431, "Request Header Fields Too Large");
+            else if (rc == -ENAMETOOLONG)
+                hc_error(c, 414, "URI Too Long");
             else if (rc == -ENOTSUP)
                 hc_error(c, 501, "Not Implemented");
             else if (rc == -EPROTONOSUPPORT)

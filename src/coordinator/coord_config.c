@@ -183,6 +183,11 @@ static const struct cfgtab_row rows[] = {
             "keep-alive connection is closed for a new client"},
     {"api_config.keep_alive_timeout", CFGTAB_MS, OFF(keep_alive_ms), .flags = M, .min = 1,
      .max = 3600, .def_d = 60, .doc = "an idle client connection is closed after this"},
+    {"api_config.metaserver_base_port", CFGTAB_INT, OFF(metaserver_base_port), .flags = M, .min = 0,
+     .max = 65535, .def_i = 0,
+     .doc = "trigger mode (`concurrent_engine_sync`): worker i takes the decode engines' "
+            "`POST /v1/metaserver` callbacks on this + i (upstream: 12000 + i); 0, or a port "
+            "taken: an ephemeral one (each callback URL names its port)"},
     {"scheduler_config.scheduler_type", CFGTAB_STRING, OFF(scheduler_type), .flags = L,
      .names = scheds, .def_s = "load_balance",
      .doc = "`load_balance`, `round_robin`, `kv_cache_affinity` (longest cached prefix, from "

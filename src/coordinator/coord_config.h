@@ -51,6 +51,7 @@ struct ccfg {
     size_t max_body; /* (motor) max_request_body_bytes, inference requests */
     int max_connections;   /* (motor) inference port, all workers; 0 = automatic */
     int64_t keep_alive_ms; /* (motor) keep_alive_timeout: idle client connections, 60 s */
+    int metaserver_base_port; /* (motor) trigger mode: worker i's metaserver, base + i (0: any) */
     /* scheduler_config */
     enum ccfg_scheduler scheduler;
     char *scheduler_type;         /* as configured */

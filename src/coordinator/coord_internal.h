@@ -83,6 +83,8 @@ struct coord_worker {
     bool started;
     struct reactor *r;
     struct httpd *httpd;
+    struct httpd *meta_httpd; /* trigger mode's metaserver (POST /v1/metaserver) */
+    uint16_t meta_port;
     struct httpc *httpc;
     struct inst_snapshot *snap; /* this worker's cached reference */
     uint64_t snap_version;
@@ -256,6 +258,13 @@ void mgmt_stop(struct coord *c);
 /* Publish a new snapshot of the table. */
 void mgmt_publish(struct coord *c);
 
+/* fanout.c — n > 1, best_of, batch prompts over PD hand-offs; on a worker reactor. */
+/* Sub-requests body needs (prompts × max(n, best_of)); 1 = none. Sets the shape. */
+int fanout_shape(const json_t *body, bool chat, int *n_prompts, int *n, int *best_of);
+/* Serve req as one sub-request per (prompt, choice) to this coordinator (takes body). */
+void fanout_start(struct coord_worker *w, struct httpd_req *req, bool chat, json_t *body,
+                  const char *api, const char *rid);
+
 /* proxy.c — on a worker reactor. */
 void proxy_register_routes(struct coord_worker *w);
 /* Begin a graceful stop of the worker (posted to its reactor). */
@@ -264,5 +273,9 @@ void proxy_worker_drain(void *arg);
 struct inst_snapshot *proxy_snapshot(struct coord_worker *w);
 /* The worker's current settings (refreshed when newer ones were published). */
 struct csettings *proxy_settings(struct coord_worker *w);
+/* A request served outside the proxied-request machine (a fan-out) began / ended: the
+ * worker's in-flight count (a drain waits for it) and the inflight gauge. */
+void proxy_live_add(struct coord_worker *w);
+void proxy_live_done(struct coord_worker *w);
 
 #endif

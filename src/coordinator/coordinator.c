@@ -449,6 +449,7 @@ static int worker_create(struct coord *c, struct coord_worker *w, int idx, uint1
         .reuse_port = true,
         .max_connections = c->conn_per_worker,
         .evict_idle = true,
+        .openai_errors = true,
         .idle_timeout_s = (unsigned)((c->cfg.keep_alive_ms + 999) / 1000),
         .quiet_paths = quiet_paths,
     };
@@ -464,12 +465,38 @@ static int worker_create(struct coord *c, struct coord_worker *w, int idx, uint1
     w->httpc = httpc_new(w->r);
     if (!w->httpc)
         return -ENOMEM;
+    /* The metaserver: plain HTTP, the decode engines' callbacks (upstream: 12000 + i). */
+    int mp = c->cfg.metaserver_base_port ? c->cfg.metaserver_base_port + idx : 0;
+    struct httpd_config mc = {
+        .name = "coordinator-metaserver",
+        .host = c->cfg.host,
+        .port = (uint16_t)(mp > 65535 ? 0 : mp),
+        .max_body = 1 << 20,
+        .openai_errors = true,
+    };
+    w->meta_httpd = httpd_new(w->r, &mc);
+    if (!w->meta_httpd && mc.port) {
+        /* The decode engines learn the port from each request's callback URL: any port
+         * works, so a taken one (another coordinator on this host) is no reason to stop. */
+        log_warn("metaserver_port_taken", LF_INT("worker", idx), LF_INT("port", mp),
+                 LF_STR("error", strerror(errno)), LF_STR("using", "an ephemeral port"));
+        mc.port = 0;
+        w->meta_httpd = httpd_new(w->r, &mc);
+    }
+    if (!w->meta_httpd) {
+        log_error("metaserver_listen_failed", LF_INT("worker", idx), LF_INT("port", mp),
+                  LF_STR("error", strerror(errno)));
+        return errno ? -errno : -EIO;
+    }
+    w->meta_port = httpd_port(w->meta_httpd);
     proxy_register_routes(w);
     return 0;
 }
 
 static void worker_destroy(struct coord_worker *w)
 {
+    httpd_free(w->meta_httpd);
+    w->meta_httpd = NULL;
     httpd_free(w->httpd);
     w->httpd = NULL;
     httpc_free(w->httpc);
@@ -558,6 +585,8 @@ static void *worker_thread(void *arg)
         log_error("worker_reactor_failed", LF_INT("worker", w->idx),
                   LF_STR("error", strerror(-rc)));
     /* Tear down on the owning thread: httpd/httpc belong to this reactor. */
+    httpd_free(w->meta_httpd);
+    w->meta_httpd = NULL;
     httpd_free(w->httpd);
     w->httpd = NULL;
     httpc_free(w->httpc);
@@ -697,6 +726,7 @@ int coordinator_main(int argc, char **argv)
     log_info("coordinator_listening", LF_STR("host", c->cfg.host),
              LF_INT("infer_port", c->infer_port), LF_INT("mgmt_port", c->mgmt_port),
              LF_INT("workers", c->n_workers), LF_INT("pid", getpid()),
+             LF_INT("metaserver_port", c->n_workers ? c->workers[0].meta_port : 0),
              LF_INT("connection_slots", (int64_t)c->conn_per_worker * c->n_workers),
              LF_BOOL("master_standby", c->cfg.ha_enable));
     /* Text, libraries and the startup allocations: what a trim can never give back. */

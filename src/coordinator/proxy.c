@@ -67,12 +67,27 @@
 #define PROXY_BUSY_AT_ONCE 4
 #define PROXY_BUSY_DELAY_MAX_MS 1000
 
-enum api { API_COMPLETIONS = 0, API_CHAT };
-static const char *const api_names[] = {"completions", "chat_completions"};
-static const char *const api_paths[] = {"/v1/completions", "/v1/chat/completions"};
+/* Generation APIs (PD-aware) first, then the routes any instance serves. */
+enum api {
+    API_COMPLETIONS = 0,
+    API_CHAT,
+    API_RESPONSES, /* OpenAI Responses: named SSE events, no [DONE] */
+    API_MESSAGES,  /* Anthropic-style messages (vLLM's): named SSE events */
+    API_EMBEDDINGS,
+    API_TOKENIZE,
+    API_DETOKENIZE,
+};
+#define API_FIRST_ANY API_EMBEDDINGS /* from here: no generation, any role serves it */
+static const char *const api_names[] = {"completions", "chat_completions", "responses",
+                                        "messages",    "embeddings",       "tokenize",
+                                        "detokenize"};
+static const char *const api_paths[] = {"/v1/completions", "/v1/chat/completions",
+                                        "/v1/responses",   "/v1/messages",
+                                        "/v1/embeddings",  "/tokenize",
+                                        "/detokenize"};
 
-enum mode { MODE_SINGLE = 0, MODE_VLLM_PD, MODE_SGLANG_PD };
-static const char *const mode_names[] = {"single", "vllm_pd", "sglang_pd"};
+enum mode { MODE_SINGLE = 0, MODE_VLLM_PD, MODE_SGLANG_PD, MODE_VLLM_TRIGGER };
+static const char *const mode_names[] = {"single", "vllm_pd", "sglang_pd", "vllm_trigger"};
 
 enum { LEG_PREFILL = 0, LEG_MAIN = 1 };
 
@@ -122,6 +137,7 @@ struct preq {
     int attempts;
     int retries;
     int busy; /* busy endpoints met (not retries: load is not failure) */
+    struct meta_wait *meta; /* trigger mode: the decode engine's callback, awaiting its prefill */
     struct {
         int64_t inst, ep;
     } avoid[PROXY_MAX_AVOID];
@@ -200,7 +216,8 @@ static inline __attribute__((always_inline)) bool step(struct preq *pr, enum req
  * union answer is forwarded as it comes. */
 static bool sse_in_use(const struct preq *pr, enum reqfsm_state st)
 {
-    return st == REQ_STREAMING && (pr->mode != MODE_SINGLE || pr->rs || pr->acc);
+    return st == REQ_STREAMING &&
+           (pr->mode != MODE_SINGLE || pr->rs || pr->acc || pr->api >= API_RESPONSES);
 }
 
 /* The body the legs are made from: the client's, or a continuation's. */
@@ -311,8 +328,43 @@ static void leg_verdict(struct preq *pr, struct leg *leg, int outcome)
 
 /* Stop a leg: cancel its HTTP request, give back its load, and close its breaker
  * admission without a verdict unless one was given. */
+/* Trigger mode: the decode engine's POST /v1/metaserver, held until the prefill it
+ * asked for has run. Its own allocation: the callback's connection may outlive the
+ * request or end first (either side clears the link). */
+struct meta_wait {
+    struct preq *pr;
+    struct httpd_req *req;
+};
+
+static void meta_closed(struct httpd_req *req, void *arg)
+{
+    struct meta_wait *mw = arg;
+    if (mw->pr)
+        mw->pr->meta = NULL;
+    free(mw);
+}
+
+/* Answer the held callback (status 2xx: the decode engine generates; else its leg fails
+ * with 502, naming the status). */
+static void meta_answer(struct preq *pr, int status, json_t *body)
+{
+    struct meta_wait *mw = pr->meta;
+    if (!mw) {
+        json_decref(body);
+        return;
+    }
+    pr->meta = NULL;
+    mw->pr = NULL;
+    httpd_respond_json(mw->req, status, body);
+}
+
 static void leg_release(struct preq *pr, struct leg *leg)
 {
+    if (pr->meta) /* the request moves on without this prefill: the callback is moot */
+        meta_answer(pr, 503,
+                    json_pack("{s:{s:s, s:s, s:n, s:i}}", "error", "message",
+                              "the request no longer waits for this prefill", "type",
+                              "ServiceUnavailableError", "param", "code", 503));
     if (leg->h) {
         httpc_cancel(pr->w->httpc, leg->h);
         leg->h = NULL;
@@ -435,10 +487,43 @@ static void preq_end(struct preq *pr, enum reqfsm_event ev, int cause, const str
                       a->body ? a->body : "", a->body ? a->len : 0);
 }
 
+static void abort_sent(const struct httpc_response *resp, void *arg)
+{
+    (void)arg;
+    if (resp->error || resp->status != 200)
+        log_info("abort_request_failed", LF_INT("status", resp->status),
+                 LF_STR("error", resp->error_text));
+}
+
+/* SGLang: closing a leg's connection does not stop its generation (the bootstrap pair
+ * would keep computing); POST /abort_request {"rid"} to each engine still holding a leg.
+ * Fire and forget: nothing refers back to the request. */
+static void sglang_abort(struct preq *pr)
+{
+    for (int i = 0; i < 2; i++) {
+        struct leg *leg = &pr->legs[i];
+        if (!leg->h || !leg->ep)
+            continue;
+        char url[320], body[160];
+        snprintf(url, sizeof(url), "http://%s/abort_request", leg->ep->hostport);
+        int n = snprintf(body, sizeof(body), "{\"rid\":\"%s\"}", up_rid(pr));
+        struct httpc_opts o = {.method = "POST",
+                               .url = url,
+                               .body = body,
+                               .body_len = (size_t)n,
+                               .timeout_ms = 5000,
+                               .connect_timeout_ms = pr->set->connect_timeout_ms};
+        httpc_request(pr->w->httpc, &o, abort_sent, NULL);
+        log_debug("abort_request", LF_STR("request_id", pr->rid), LF_STR("url", url));
+    }
+}
+
 /* The request cannot go on because its client is gone (on_close, or defensively where
  * the body should still be readable). */
 static void client_gone(struct preq *pr)
 {
+    if (pr->mode == MODE_SGLANG_PD && state_of(pr) != REQ_DONE)
+        sglang_abort(pr);
     preq_end(pr, REQ_EV_CLIENT_GONE, CAUSE_CLIENT_DISCONNECT,
              &(struct answer){.status = 499, .why = "client connection closed"});
 }
@@ -661,6 +746,13 @@ static int on_sse_event(const char *raw, size_t raw_len, const char *data, size_
     json_t *j = NULL;
     if (has_data && data_len == 6 && memcmp(data, "[DONE]", 6) == 0)
         pr->done_seen = true;
+    else if (has_data && pr->api == API_RESPONSES &&
+             (memmem(data, data_len, "\"response.completed\"", 20) ||
+              memmem(data, data_len, "\"response.incomplete\"", 21) ||
+              memmem(data, data_len, "\"response.failed\"", 17)))
+        pr->done_seen = true; /* the Responses API's last event (it sends no [DONE]) */
+    else if (has_data && pr->api == API_MESSAGES && memmem(data, data_len, "\"message_stop\"", 14))
+        pr->done_seen = true;
     if (pr->rs && has_data && data_len && data[0] == '{' &&
         (j = json_loadb(data, data_len, 0, NULL)) && json_is_object(j)) {
         /* a continuation: its events become part of the first answer */
@@ -779,7 +871,7 @@ static int rec_forward(struct preq *pr, const char *data, size_t len)
 /* Did the stream end as a finished OpenAI stream does, with data: [DONE]? */
 static bool stream_finished(const struct preq *pr)
 {
-    if (pr->mode != MODE_SINGLE || pr->rs || pr->acc)
+    if (pr->mode != MODE_SINGLE || pr->rs || pr->acc || pr->api >= API_RESPONSES)
         return pr->done_seen;
     /* recording: the stream is in rec; else its last bytes are in tail */
     const char *t = pr->rec.max ? pr->rec.buf : pr->tail;
@@ -906,6 +998,10 @@ static bool reschedule(struct preq *pr, struct leg *leg, const char *error, cons
     }
     if (!pr->rec.max) {
         *why = "the answer so far is over the recording limit";
+        return false;
+    }
+    if (pr->api != API_COMPLETIONS && pr->api != API_CHAT) {
+        *why = "only completions and chat completions are continued";
         return false;
     }
     if (!pr->hreq)
@@ -1084,6 +1180,22 @@ static void leg_start(struct preq *pr, struct leg *leg, const char *body, size_t
 static void prefill_done(struct preq *pr, struct leg *leg, const struct httpc_response *resp)
 {
     enum reqfsm_state st = state_of(pr);
+    if (pr->mode == MODE_VLLM_TRIGGER && !resp->error && leg->status >= 200 && leg->status < 300) {
+        /* The prefill ran: tell the waiting decode engine (it generates now). */
+        json_t *j = json_loadb(strbuf_str(&leg->body), leg->body.len, 0, NULL);
+        json_t *kv = json_incref(json_object_get(j, "kv_transfer_params"));
+        json_decref(j);
+        meta_answer(pr, 200, kv ? kv : json_object());
+        if (!step(pr, REQ_EV_PREFILL_DONE, "trigger prefill done"))
+            return;
+        leg_verdict(pr, leg, 1);
+        if (leg->load_held) {
+            inst_load_release(leg->ep->load, leg->tokens);
+            leg->load_held = false;
+        }
+        strbuf_release(&leg->body);
+        return;
+    }
     if (pr->mode == MODE_SGLANG_PD && (st == REQ_BUFFERING || st == REQ_STREAMING)) {
         /* The decode side already answers: the prefill's outcome only feeds its
          * breaker, the client's request goes on (or fails) with the decode leg. */
@@ -1227,8 +1339,6 @@ static bool pick_filter(struct instance *in, const struct inst_endpoint *ep, voi
     struct pick_ctx *x = arg;
     if (!model_ok(in, x->model))
         return false;
-    if (in->dispatch == WIRE_DISPATCH_TRIGGER)
-        return false; /* the layerwise trigger flow needs a metaserver we do not run */
     if (x->p) {
         if (in->engine != x->p->engine)
             return false;
@@ -1382,11 +1492,19 @@ static bool plan(struct preq *pr)
                pick_role(pr, WIRE_ROLE_DECODE, NULL, d) ||
                pick_role(pr, WIRE_ROLE_PREFILL, NULL, d);
     }
+    if (pr->api >= API_FIRST_ANY) {
+        /* embeddings, tokenizer: no generation, no hand-off; any engine of the model */
+        pr->mode = MODE_SINGLE;
+        return pick_role(pr, WIRE_ROLE_UNION, NULL, d) ||
+               pick_role(pr, WIRE_ROLE_PREFILL, NULL, d) || pick_role(pr, WIRE_ROLE_DECODE, NULL, d);
+    }
     bool pd_present = s->n_routable[WIRE_ROLE_PREFILL] || s->n_routable[WIRE_ROLE_DECODE];
     if (s->n_routable[WIRE_ROLE_PREFILL] && s->n_routable[WIRE_ROLE_DECODE]) {
         if (pick_role(pr, WIRE_ROLE_PREFILL, NULL, p)) {
             if (pick_role(pr, WIRE_ROLE_DECODE, p->inst, d)) {
-                pr->mode = p->inst->engine == INST_ENGINE_SGLANG ? MODE_SGLANG_PD : MODE_VLLM_PD;
+                pr->mode = p->inst->engine == INST_ENGINE_SGLANG        ? MODE_SGLANG_PD
+                           : d->inst->dispatch == WIRE_DISPATCH_TRIGGER ? MODE_VLLM_TRIGGER
+                                                                        : MODE_VLLM_PD;
                 return true;
             }
             leg_release(pr, p);
@@ -1582,10 +1700,36 @@ static void attempt(struct preq *pr)
         if (!step(pr, REQ_EV_HANDOFF, mode_names[pr->mode]))
             return;
         json_t *b = pdreq_vllm_prefill(req_tree(pr), up_rid(pr));
+        if (pr->api == API_RESPONSES) /* its budget key: the prefill computes one token */
+            json_object_set_new(b, "max_output_tokens", json_integer(1));
         char *sb = json_dumps(b, JSON_COMPACT);
         json_decref(b);
         leg_start(pr, p, sb, strlen(sb), false);
         free(sb);
+        break;
+    }
+    case MODE_VLLM_TRIGGER: {
+        /* Decode first: the engine calls this worker's metaserver back for its prefill
+         * (h_metaserver), then generates. */
+        if (!preq_tree(pr))
+            return;
+        if (!step(pr, REQ_EV_SENT, mode_names[pr->mode]))
+            return;
+        const char *host = pr->c->cfg.host;
+        if (!*host || !strcmp(host, "0.0.0.0") || !strcmp(host, "::"))
+            host = "127.0.0.1";
+        bool v6 = strchr(host, ':') != NULL;
+        char url[200];
+        snprintf(url, sizeof(url), "http://%s%s%s:%u/v1/metaserver?attempt=%d", v6 ? "[" : "", host,
+                 v6 ? "]" : "", (unsigned)pr->w->meta_port, pr->attempts);
+        json_t *ticket = json_pack("{s:b, s:b, s:s}", "do_remote_prefill", 1, "do_remote_decode", 0,
+                                   "metaserver", url);
+        json_t *db = pdreq_vllm_decode(req_tree(pr), up_rid(pr), ticket);
+        json_decref(ticket);
+        char *ds = json_dumps(db, JSON_COMPACT);
+        json_decref(db);
+        leg_start(pr, d, ds, strlen(ds), pr->stream);
+        free(ds);
         break;
     }
     case MODE_SGLANG_PD: {
@@ -2044,6 +2188,32 @@ static void tokenize(struct preq *pr)
     free(body);
 }
 
+/* "motor-<boot>-<worker>-<seq>" into rid (64 bytes). */
+static void make_rid(struct coord_worker *w, char *rid)
+{
+    if (!w->rid_prefix_len) {
+        int n = snprintf(w->rid_prefix, sizeof(w->rid_prefix), "motor-%08x-%02x-",
+                         (unsigned)(w->c->start_wall_ms & 0xffffffff), w->idx);
+        w->rid_prefix_len = n > 0 ? MOTOR_MIN((size_t)n, sizeof(w->rid_prefix) - 1) : 0;
+    }
+    memcpy(rid, w->rid_prefix, w->rid_prefix_len);
+    size_t idn = util_fmt_hex64(rid + w->rid_prefix_len, ++w->seq);
+    rid[w->rid_prefix_len + idn] = '\0';
+}
+
+void proxy_live_add(struct coord_worker *w)
+{
+    w->n_live++;
+    metrics_gauge_inc(w->c->m.inflight);
+}
+
+void proxy_live_done(struct coord_worker *w)
+{
+    w->n_live--;
+    metrics_gauge_dec(w->c->m.inflight);
+    worker_maybe_stop(w);
+}
+
 static void handle_infer(struct httpd_req *req, struct coord_worker *w, enum api api)
 {
     struct coord *c = w->c;
@@ -2076,7 +2246,7 @@ static void handle_infer(struct httpd_req *req, struct coord_worker *w, enum api
     } else if (scan.model != REQSCAN_ABSENT && scan.model != REQSCAN_STRING &&
                scan.model != REQSCAN_NULL) {
         why = "'model' must be a string";
-    } else if (api == API_CHAT && scan.messages != REQSCAN_ARRAY) {
+    } else if ((api == API_CHAT || api == API_MESSAGES) && scan.messages != REQSCAN_ARRAY) {
         why = "'messages' must be an array";
     } else if (api == API_COMPLETIONS && scan.prompt == REQSCAN_ABSENT) {
         why = "'prompt' is required";
@@ -2088,7 +2258,31 @@ static void handle_infer(struct httpd_req *req, struct coord_worker *w, enum api
         respond_openai_error(req, 400, "BadRequestError", why);
         return;
     }
+    /* PD mode: a hand-off takes one prompt and one choice, other shapes fan out
+     * (fanout.c). Only a body that may hold one is parsed here (the PD route parses it
+     * anyway: the tree is kept). */
+    json_t *tree = NULL;
+    struct inst_snapshot *snap = proxy_snapshot(w);
+    if (api <= API_CHAT && snap->n_routable[WIRE_ROLE_PREFILL] &&
+        snap->n_routable[WIRE_ROLE_DECODE] && !httpd_req_header(req, "X-Motor-Fanout") &&
+        (scan.prompt == REQSCAN_ARRAY || memmem(raw, body_len, "\"n\"", 3) ||
+         memmem(raw, body_len, "\"best_of\"", 9))) {
+        tree = json_loadb(raw, body_len, 0, NULL);
+        int np, n, bo;
+        if (json_is_object(tree) && fanout_shape(tree, api == API_CHAT, &np, &n, &bo) > 1) {
+            char rid[64];
+            make_rid(w, rid);
+            reqscan_release(&scan);
+            fanout_start(w, req, api == API_CHAT, tree, api_names[api], rid);
+            return;
+        }
+        if (!json_is_object(tree)) {
+            json_decref(tree);
+            tree = NULL;
+        }
+    }
     struct preq *pr = xcalloc(1, sizeof(*pr));
+    pr->body = tree;
     pr->w = w;
     pr->c = c;
     pr->hreq = req;
@@ -2107,14 +2301,7 @@ static void handle_infer(struct httpd_req *req, struct coord_worker *w, enum api
     pr->pin_p = pr->pin_d = -1;
     pr->probe =
         prec_probe_pin(c, httpd_req_header(req, "X-Motor-Precision-Probe"), &pr->pin_p, &pr->pin_d);
-    if (!w->rid_prefix_len) {
-        int n = snprintf(w->rid_prefix, sizeof(w->rid_prefix), "motor-%08x-%02x-",
-                         (unsigned)(c->start_wall_ms & 0xffffffff), w->idx);
-        w->rid_prefix_len = n > 0 ? MOTOR_MIN((size_t)n, sizeof(w->rid_prefix) - 1) : 0;
-    }
-    memcpy(pr->rid, w->rid_prefix, w->rid_prefix_len);
-    size_t idn = util_fmt_hex64(pr->rid + w->rid_prefix_len, ++w->seq);
-    pr->rid[w->rid_prefix_len + idn] = '\0';
+    make_rid(w, pr->rid);
     list_insert_tail(&w->live, &pr->link);
     w->n_live++;
     metrics_gauge_inc(c->m.inflight);
@@ -2144,6 +2331,133 @@ static void h_completions(struct httpd_req *req, void *arg)
 static void h_chat(struct httpd_req *req, void *arg)
 {
     handle_infer(req, arg, API_CHAT);
+}
+
+static void h_responses(struct httpd_req *req, void *arg)
+{
+    handle_infer(req, arg, API_RESPONSES);
+}
+
+static void h_messages(struct httpd_req *req, void *arg)
+{
+    handle_infer(req, arg, API_MESSAGES);
+}
+
+static void h_embeddings(struct httpd_req *req, void *arg)
+{
+    handle_infer(req, arg, API_EMBEDDINGS);
+}
+
+static void h_tokenize(struct httpd_req *req, void *arg)
+{
+    handle_infer(req, arg, API_TOKENIZE);
+}
+
+static void h_detokenize(struct httpd_req *req, void *arg)
+{
+    handle_infer(req, arg, API_DETOKENIZE);
+}
+
+/* Does the callback's request id name this request? vLLM's engine-side ids are
+ * "cmpl-<id>-0" (completions) and "chatcmpl-<id>" (chat), <id> being ours. */
+static bool meta_names(const struct preq *pr, const char *id)
+{
+    const char *rid = up_rid(pr);
+    size_t rl = strlen(rid);
+    if (!strncmp(id, "chatcmpl-", 9))
+        id += 9;
+    else if (!strncmp(id, "cmpl-", 5))
+        id += 5;
+    size_t il = strlen(id);
+    if (il == rl + 2 && !strcmp(id + rl, "-0"))
+        il = rl;
+    return il == rl && !strncmp(id, rid, rl);
+}
+
+/* POST /v1/metaserver?attempt=N (trigger mode, spec §9.4): a decode engine asks for the
+ * prefill of a request it holds. 404 an unknown request, 409 a stale attempt (or one
+ * already served); else the prefill leg is sent and the answer waits for it. */
+static void h_metaserver(struct httpd_req *req, void *arg)
+{
+    struct coord_worker *w = arg;
+    size_t len;
+    const char *raw = httpd_req_body(req, &len);
+    json_t *kv = raw ? json_loadb(raw, len, 0, NULL) : NULL;
+    const char *id = json_string_value(json_object_get(kv, "request_id"));
+    const char *att = httpd_req_query(req, "attempt");
+    if (!id) {
+        json_decref(kv);
+        respond_openai_error(req, 400, "BadRequestError", "request_id is required");
+        return;
+    }
+    struct preq *pr = NULL;
+    struct list_head *n;
+    list_for_each(n, &w->live)
+    {
+        struct preq *x = list_entry(n, struct preq, link);
+        if (x->mode == MODE_VLLM_TRIGGER && state_of(x) != REQ_DONE && meta_names(x, id)) {
+            pr = x;
+            break;
+        }
+    }
+    char msg[200];
+    if (!pr) {
+        snprintf(msg, sizeof(msg), "unknown request %.120s", id);
+        json_decref(kv);
+        respond_openai_error(req, 404, "NotFoundError", msg);
+        return;
+    }
+    struct leg *p = &pr->legs[LEG_PREFILL];
+    if ((att && atoi(att) != pr->attempts) || state_of(pr) != REQ_DECODE || pr->meta || p->h ||
+        !p->inst) {
+        snprintf(msg, sizeof(msg), "stale attempt %s of request %.120s (now attempt %d)",
+                 att ? att : "?", id, pr->attempts);
+        json_decref(kv);
+        respond_openai_error(req, 409, "ConflictError", msg);
+        return;
+    }
+    json_t *b = pdreq_vllm_prefill(req_tree(pr), up_rid(pr));
+    json_object_set_new(b, "kv_transfer_params", kv); /* the decode engine's: push to it */
+    if (pr->api == API_RESPONSES)
+        json_object_set_new(b, "max_output_tokens", json_integer(1));
+    char *sb = json_dumps(b, JSON_COMPACT);
+    json_decref(b);
+    struct meta_wait *mw = xcalloc(1, sizeof(*mw));
+    mw->pr = pr;
+    mw->req = req;
+    pr->meta = mw;
+    httpd_req_on_close(req, meta_closed, mw);
+    log_debug("metaserver_callback", LF_STR("request_id", pr->rid), LF_INT("attempt", pr->attempts),
+              LF_INT("prefill_instance", p->inst->id));
+    leg_start(pr, p, sb, strlen(sb), false);
+    free(sb);
+}
+
+/* GET /v1/models/{id}: the card of a model some instance serves, else vLLM's 404. */
+static void h_model(struct httpd_req *req, void *arg)
+{
+    struct coord_worker *w = arg;
+    if (!check_auth(w->c, proxy_settings(w), req, "models"))
+        return;
+    if (!coord_refuse_standby(w->c, req, "models"))
+        return;
+    const char *a = httpd_req_param(req, "id"), *b = httpd_req_param(req, "rest");
+    char id[512];
+    snprintf(id, sizeof(id), "%s%s%s", a ? a : "", b ? "/" : "", b ? b : "");
+    struct inst_snapshot *s = proxy_snapshot(w);
+    for (size_t i = 0; i < s->n_models; i++)
+        if (!strcmp(s->models[i], id)) {
+            coord_count_request(w->c, "models", 200);
+            httpd_respond_json(req, 200,
+                               json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", id, "object", "model",
+                                         "created", (json_int_t)(w->c->start_wall_ms / 1000),
+                                         "owned_by", "motor", "root", id));
+            return;
+        }
+    char msg[600];
+    snprintf(msg, sizeof(msg), "The model `%s` does not exist.", id);
+    coord_count_request(w->c, "models", 404);
+    respond_openai_error(req, 404, "NotFoundError", msg);
 }
 
 static void h_models(struct httpd_req *req, void *arg)
@@ -2184,6 +2498,15 @@ void proxy_register_routes(struct coord_worker *w)
     httpd_route(w->httpd, "POST", "/v1/completions", h_completions, w, 0);
     httpd_route(w->httpd, "POST", "/v1/chat/completions", h_chat, w, 0);
     httpd_route(w->httpd, "GET", "/v1/models", h_models, w, 0);
+    httpd_route(w->httpd, "GET", "/v1/models/{id}", h_model, w, 0);
+    if (w->meta_httpd)
+        httpd_route(w->meta_httpd, "POST", "/v1/metaserver", h_metaserver, w, 0);
+    httpd_route(w->httpd, "GET", "/v1/models/{id}/{rest}", h_model, w, 0); /* org/name */
+    httpd_route(w->httpd, "POST", "/v1/responses", h_responses, w, 0);
+    httpd_route(w->httpd, "POST", "/v1/messages", h_messages, w, 0);
+    httpd_route(w->httpd, "POST", "/v1/embeddings", h_embeddings, w, 0);
+    httpd_route(w->httpd, "POST", "/tokenize", h_tokenize, w, 0);
+    httpd_route(w->httpd, "POST", "/detokenize", h_detokenize, w, 0);
     httpd_route(w->httpd, "GET", "/health", h_health, w, 0);
     httpd_route(w->httpd, "GET", "/liveness", h_health, w, 0);
     httpd_route(w->httpd, "GET", "/startup", h_health, w, 0);

@@ -227,7 +227,8 @@ def test_check_config(procs, tmpdir_path):
                                  "coordinator_api_infer_port": 31025,
                                  "coordinator_api_mgmt_port": 0,
                                  "max_request_body_bytes": 16 << 20,
-                                 "max_connections": 0, "keep_alive_timeout": 60.0}
+                                 "max_connections": 0, "keep_alive_timeout": 60.0,
+                                 "metaserver_base_port": 0}
     assert eff["scheduler_config"]["scheduler_type"] == "kv_cache_affinity"
     assert eff["scheduler_config"]["effective_scheduler"] == "kv_cache_affinity"
     assert eff["exception_config"]["max_retry"] == 2

@@ -37,6 +37,24 @@ const OpenAI = mod.OpenAI || mod.default || mod;
   out.stream = text; out.stream_chunks = chunks; out.stream_usage = usage;
   const c = await client.completions.create({ model: 'm', prompt: 'hello', max_tokens: 5 });
   out.completion = c.choices[0].text;
+  // n > 1 and batch prompts over the PD pair: fanned out, merged (issue 19)
+  const n3 = await client.chat.completions.create({ model: 'm', messages, max_tokens: 4, n: 3 });
+  out.n3 = n3.choices.map(ch => [ch.index, ch.message.content]);
+  out.n3_usage = n3.usage;
+  const s3 = await client.chat.completions.create({ model: 'm', messages, max_tokens: 4, n: 3,
+                                                    stream: true,
+                                                    stream_options: { include_usage: true } });
+  const parts = {};
+  let s3usage = null;
+  for await (const chunk of s3) {
+    for (const ch of chunk.choices || []) parts[ch.index] = (parts[ch.index] || '') + (ch.delta.content || '');
+    if (chunk.usage) s3usage = chunk.usage;
+  }
+  out.s3 = parts; out.s3_usage = s3usage;
+  const b = await client.completions.create({ model: 'm', prompt: ['hello', 'good morning'],
+                                              max_tokens: 5 });
+  out.batch = b.choices.map(ch => [ch.index, ch.text]);
+  out.batch_usage = b.usage;
   const models = await client.models.list();
   out.models = models.data.map(m => m.id);
   try {
@@ -99,5 +117,19 @@ def test_openai_node_client(procs, tmpdir_path):
     assert out["completion"] == \
         u.completion(model="m", prompt="hello", max_tokens=5).json()["choices"][0]["text"]
     assert out["models"] == ["m"]
+    # n=3: three choices in order; each an independent n=1 hand-off (the simulator is
+    # deterministic, so each equals the n=1 answer), usage summed, the prompt once
+    one = u.chat(model="m", messages=msgs, max_tokens=4).json()
+    assert out["n3"] == [[k, one["choices"][0]["message"]["content"]] for k in range(3)]
+    assert out["n3_usage"]["completion_tokens"] == 12
+    assert out["n3_usage"]["prompt_tokens"] == one["usage"]["prompt_tokens"]
+    assert out["s3"] == {str(k): one["choices"][0]["message"]["content"] for k in range(3)}
+    assert out["s3_usage"]["completion_tokens"] == 12
+    refs = [u.completion(model="m", prompt=p_, max_tokens=5).json() for p_ in
+            ("hello", "good morning")]
+    assert out["batch"] == [[i, r_["choices"][0]["text"]] for i, r_ in enumerate(refs)]
+    assert out["batch_usage"]["prompt_tokens"] == sum(r_["usage"]["prompt_tokens"] for r_ in refs)
+    assert out["batch_usage"]["completion_tokens"] == 10
+    assert c.proc.find_events("fanout")
     assert out["bad_key"] == 401
     stop_clean(c)

@@ -172,6 +172,7 @@ def test_client_disconnect_cancels_pd_legs(procs, tmpdir_path):
 # ---- SGLang bootstrap mode: a fake SGLang engine pair (the simulator speaks vLLM) ----------
 
 import json as _json
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -183,6 +184,8 @@ class FakeSGLang:
     def __init__(self, role, decode_arrived):
         self.role = role
         self.bodies = []
+        self.aborts = []
+        self.release = threading.Event()  # a "hang" prompt streams only once set
         self.decode_arrived = decode_arrived
         self.saw_decode = []
         fake = self
@@ -198,6 +201,10 @@ class FakeSGLang:
 
             def do_POST(self):
                 body = _json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.path == "/abort_request":
+                    fake.aborts.append(body)
+                    self._send(200, {"aborted": 1})
+                    return
                 fake.bodies.append(body)
                 if fake.role == "prefill":
                     fake.saw_decode.append(fake.decode_arrived.wait(5))
@@ -206,6 +213,9 @@ class FakeSGLang:
                                                   "finish_reason": "length"}]})
                     return
                 fake.decode_arrived.set()
+                if body.get("prompt") == "hang":
+                    fake.release.wait(10)
+                    return
                 if body.get("stream"):
                     self.send_response(200)
                     self.send_header("Content-Type", "text/event-stream")
@@ -282,6 +292,21 @@ def test_sglang_bootstrap(procs, tmpdir_path):
             assert db.get("stream", False) is stream and db["prompt"] == "hi"
             assert "kv_transfer_params" not in pb and "kv_transfer_params" not in db
         assert len(rooms) == 2
+
+        # the client leaves mid-request: each engine still holding a leg gets
+        # POST /abort_request with the request's rid (closing a connection does not stop
+        # SGLang)
+        s = socket.create_connection(("127.0.0.1", c.infer_port))
+        raw = _json.dumps({"model": "m", "prompt": "hang", "max_tokens": 4}).encode()
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                  b"application/json\r\nContent-Length: " + str(len(raw)).encode() +
+                  b"\r\n\r\n" + raw)
+        wait_for(lambda: any(b.get("prompt") == "hang" for b in d.bodies), 5, what="decode leg")
+        s.close()
+        wait_for(lambda: d.aborts, 5, what="abort_request to the decode engine")
+        hang = [b for b in d.bodies if b.get("prompt") == "hang"][0]
+        assert d.aborts[0] == {"rid": hang["rid"]}
+        d.release.set()
         stop_clean(c)
     finally:
         p.close()

@@ -6,11 +6,12 @@ non-streamed body cut short is retried. Real coordinator, real simulators (whose
 continuation is exact: docs/engine-sim.md)."""
 
 import json
+import signal
 import threading
 
 from coord_helpers import (FAST, ext_instance, fsm_count, metric_value, start_coordinator,
                            stop_clean)
-from motorlib import SSEStream, get, post, start_sim
+from motorlib import SSEStream, get, post, start_sim, wait_for
 
 FAST_RETRY = {"exception_config": {"retry_delay": 0.01}}
 
@@ -227,7 +228,9 @@ def test_cut_non_stream_body_retried(procs, tmpdir_path):
     stop_clean(c)
 
 
-def run_concurrent(c, reqs):
+def run_concurrent(c, reqs, doomed=None, running=10):
+    """Every request at once; with doomed, that engine is SIGKILLed once it holds
+    `running` streams in the middle of their answers."""
     results = [None] * len(reqs)
 
     def one(i):
@@ -239,6 +242,15 @@ def run_concurrent(c, reqs):
     threads = [threading.Thread(target=one, args=(i,)) for i in range(len(reqs))]
     for t in threads:
         t.start()
+    if doomed is not None:
+        def busy():
+            try:
+                st = doomed.status()
+            except OSError:
+                return False
+            return st["running"] >= running and st["tokens_total"] >= 2 * running
+        wait_for(busy, 30, interval=0.02, what="streams on the doomed engine")
+        doomed.proc.signal(signal.SIGKILL)
     for t in threads:
         t.join(180)
     return results
@@ -248,14 +260,14 @@ def test_decode_engine_killed_under_100_streams(procs, tmpdir_path):
     """Done-when (make-test size): a union engine SIGKILLed in the middle of 100
     concurrent streams loses no answer; each equals its fault-free reference."""
     slow = ("--ttft-ms", "0", "--tokens-per-second", "20")
-    a = start_sim(procs, "--model", "m", *slow, "--crash-after-tokens", "400", name="doomed")
+    a = start_sim(procs, "--model", "m", *slow, name="doomed")
     b = start_sim(procs, "--model", "m", *slow, name="survivor")
     ref_sim = start_sim(procs, "--model", "m", *FAST, name="reference")
     reqs = bodies(100)
     refs = [reference(ref_sim, p, b_) for p, b_ in reqs]
     c = start_coordinator(procs, tmpdir_path, cfg(), workers=2)
     c.set_instances([ext_instance(1, "union", a), ext_instance(2, "union", b)])
-    results = run_concurrent(c, reqs)
+    results = run_concurrent(c, reqs, doomed=a, running=20)
     a.proc.wait(30)
     for i, (got, ref) in enumerate(zip(results, refs)):
         assert got and got.get("status") == 200, (i, got)
@@ -272,7 +284,7 @@ def test_pd_decode_engine_killed_mid_stream(procs, tmpdir_path):
     through a new hand-off (prefill of prompt + answer so far) on the other decode."""
     slow = ("--ttft-ms", "0", "--tokens-per-second", "20")
     p = start_sim(procs, "--model", "m", *FAST, name="prefill")
-    d1 = start_sim(procs, "--model", "m", *slow, "--crash-after-tokens", "150", name="doomed")
+    d1 = start_sim(procs, "--model", "m", *slow, name="doomed")
     d2 = start_sim(procs, "--model", "m", *slow, name="decode2")
     reqs = bodies(30)
     refs = [reference(p, path, b_) for path, b_ in reqs]
@@ -280,7 +292,7 @@ def test_pd_decode_engine_killed_mid_stream(procs, tmpdir_path):
     c.set_instances([ext_instance(1, "prefill", p), ext_instance(2, "decode", d1),
                      ext_instance(3, "decode", d2)],
                     dispatch_capabilities=["prefill_handoff_decode"])
-    results = run_concurrent(c, reqs)
+    results = run_concurrent(c, reqs, doomed=d1, running=5)
     d1.proc.wait(30)
     for i, (got, ref) in enumerate(zip(results, refs)):
         assert got and got.get("status") == 200, (i, got)

@@ -272,6 +272,7 @@ static json_t *effective(json_t *root, bool coordinator)
             "reschedule_config",          /* issue 19: mid-stream rescheduling */
             "api_config.max_connections", /* issue 19: connection slots */
             "api_config.keep_alive_timeout",
+            "api_config.metaserver_base_port", /* issue 19: trigger mode */
             "precision_detection_config", /* issue 16: precision detection, alarms' target */
             "motor_controller_config",
             "prefill_kv_event_config", /* issue 18: KV events, cache-aware scheduling */
