@@ -5,6 +5,9 @@
 #include <sys/resource.h>
 #include <fcntl.h>
 #include <libgen.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <stdatomic.h>
 #include <math.h>
 #include <stdarg.h>
@@ -301,4 +304,41 @@ long util_raise_nofile_limit(void)
             rl.rlim_cur = want;
     }
     return rl.rlim_cur == RLIM_INFINITY ? (long)INT32_MAX : (long)rl.rlim_cur;
+}
+
+long util_rss_kib(void)
+{
+    char buf[128];
+    int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    unsigned long size = 0, resident = 0;
+    if (sscanf(buf, "%lu %lu", &size, &resident) != 2)
+        return -1;
+    return (long)(resident * (unsigned long)sysconf(_SC_PAGESIZE) / 1024);
+}
+
+long util_heap_in_use_kib(void)
+{
+#ifdef __GLIBC__
+    struct mallinfo2 mi = mallinfo2();
+    return (long)((mi.uordblks + mi.hblkhd) / 1024);
+#else
+    return -1;
+#endif
+}
+
+int util_heap_trim(void)
+{
+#ifdef __GLIBC__
+    malloc_trim(0);
+    return 0;
+#else
+    return -1;
+#endif
 }

@@ -39,6 +39,20 @@ int util_parse_double(const char *s, double min, double max, double *out);
  * soft limit to 1024). Returns the soft limit now in force, or -errno. */
 long util_raise_nofile_limit(void);
 
+/* Resident set size of this process in KiB (/proc/self/statm), or -1. */
+long util_rss_kib(void);
+
+/* Heap bytes in use (glibc mallinfo2: every arena's allocated chunks plus mmapped ones)
+ * in KiB, or -1 without glibc. It walks every arena's free lists, locking each in
+ * turn: call it seldom (once a second), not per request. */
+long util_heap_in_use_kib(void);
+
+/* malloc_trim(0): give the pages of every free chunk of every arena back to the kernel
+ * (MADV_DONTNEED; the addresses stay mapped, a later allocation faults them in again).
+ * glibc by itself only shrinks a heap from its top, so the free pages below a live chunk
+ * stay resident until this. Returns 0, or -1 without glibc. Thread-safe. */
+int util_heap_trim(void);
+
 /* Decimal / lower-case hex digits of v into buf (no NUL), returning how many (1..20).
  * For per-request hot paths where a printf round trip is a visible cost. buf >= 20. */
 size_t util_fmt_u64(char *buf, uint64_t v);

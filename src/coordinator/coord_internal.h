@@ -68,6 +68,8 @@ struct coord_metrics {
     /* cache-aware routing: prompt tokens routed, and how many were cached where they went */
     struct metrics_counter *prefix_prompt_tokens, *prefix_matched_tokens;
     struct metrics_counter *tokenize_ok, *tokenize_failed;
+    struct metrics_counter *mem_trims;        /* mem_release calls that trimmed */
+    struct metrics_counter *mem_trimmed;      /* bytes they gave back */
 };
 
 struct coord;
@@ -127,6 +129,9 @@ struct coord {
     atomic_uint rr[WIRE_ROLE_COUNT];
     struct coord_metrics m;
     int64_t start_wall_ms;
+    long rss_baseline_kib;        /* RSS once listening (mem_release) */
+    long retained_after_trim_kib; /* resident but not in use after the last trim */
+    int idle_beats;               /* beats in a row without a request in flight */
     /* Random per process start (32 hex digits): in the management probes and refresh
      * answers, so a Controller sees a restart (and an empty table) at its next heartbeat
      * however fast the restart was. */
