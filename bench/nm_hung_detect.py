@@ -9,7 +9,9 @@ sample. After the endpoint is `normal` and a random pause (so the hang falls any
 the probe period), POST /sim/fault {"mode":"hang"} freezes the engine's only thread (the
 kernel still accepts connections; nothing answers). Time = from the fault's answer to the
 first GET /node-manager/engines (polled every 10 ms) showing the endpoint `abnormal`.
-  default: health_collector_timeout 5 s, 3 attempts, heartbeat 3 s (probe every 1 s)
+  default: health_collector_timeout 5 s, 3 attempts, heartbeat 3 s (probe every 1 s);
+           the attempts overlap (one per period), so ≈ 5 + 2 × 1 s after the hang's first
+           unanswered probe
   tight:   health_collector_timeout 1 s, 1 attempt, heartbeat 0.2 s (probe every 0.2 s)
 
 Peers:
@@ -223,12 +225,14 @@ def main() -> int:
     ap.add_argument("--motor", default=None)
     a = plugin.args(ap)
     samples = a.samples or C.env_int("BENCH_HANG_SAMPLES", 3 if a.quick else 5)
+    # The default probes take ~8 s a hang: fewer of them, so the plug-in fits its time.
+    dsamples = 3 if a.quick else 2
     res: dict[str, list[list[float]]] = {"default": [], "tight": [], "monit": []}
     monit_why = monit_available()
     for rep in range(a.reps):
-        C.log(f"hung rep {rep + 1}/{a.reps}: motor default probes, 1 hang")
-        res["default"].append([motor_sample(a.motor, "default")])
-        C.log(f"  {res['default'][-1][0]:.2f} s")
+        C.log(f"hung rep {rep + 1}/{a.reps}: motor default probes, {dsamples} hangs")
+        res["default"].append([motor_sample(a.motor, "default") for _ in range(dsamples)])
+        C.log("  " + ", ".join(f"{x:.2f}" for x in res["default"][-1]) + " s")
         C.log(f"hung rep {rep + 1}/{a.reps}: motor tight probes, {samples} hangs")
         res["tight"].append([motor_sample(a.motor, "tight") for _ in range(samples)])
         C.log("  " + ", ".join(f"{x:.2f}" for x in res["tight"][-1]) + " s")
@@ -272,11 +276,17 @@ def main() -> int:
     rows = [
         plugin.row("nm.hung_detected.default", GROUP,
                    "engine alive, stops answering (default probes)", "time to abnormal", "s",
-                   [r[0] for r in res["default"]], peer_name=sv_name, peer=None,
+                   [plugin.pct(r, 50) for r in res["default"]], peer_name=sv_name, peer=None,
+                   target="≈ 7 s + the hang's phase in the 1 s period (upstream, attempts "
+                   "back to back: 15.3 s)",
                    notes=[notes_common,
-                          "Default probes: health_collector_timeout 5 s × 3 attempts "
-                          "(timeouts retried), probe every min(1 s, heartbeat 3 s); one hang "
-                          "per repetition. Peer: supervisord has no health check; the same "
+                          "Default probes: health_collector_timeout 5 s, 3 attempts "
+                          "(timeouts retried), probe every min(1 s, heartbeat 3 s); the "
+                          "attempts overlap — a new probe every period while earlier ones "
+                          "are outstanding — so a hang is found after timeout + 2 periods "
+                          "= 7 s from the first unanswered probe, plus where in the period "
+                          "the hang fell (0–1 s). Figure per repetition = median of "
+                          f"{dsamples} hangs. Peer: supervisord has no health check; the same "
                           "hang under it was held as long as Motor's slowest default "
                           "detection + 1 s and checked with supervisorctl status."],
                    extra={"supervisord": sv, "supervisord_unavailable": sv_why}),

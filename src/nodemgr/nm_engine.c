@@ -342,10 +342,7 @@ static void endpoint_free(struct nm_endpoint *e)
 {
     struct nodemgr *nm = e->nm;
     reactor_timer_stop(nm->r, &e->restart_timer);
-    if (e->probe) {
-        httpc_cancel(nm->probe_http, e->probe);
-        e->probe = NULL;
-    }
+    nm_engine_probes_cancel(e);
     proc_free(e->proc);
     wire_endpoint_release(&e->ep);
     free(e->log_path);
@@ -436,10 +433,8 @@ static void set_state(struct nm_endpoint *e, enum nm_engine_state to, enum nm_en
         e->ready_since_ms = 0;
     if (from == NM_ES_BACKOFF)
         reactor_timer_stop(nm->r, &e->restart_timer);
-    if (nm_engine_state_probed(from) && !nm_engine_state_probed(to) && e->probe) {
-        httpc_cancel(nm->probe_http, e->probe);
-        e->probe = NULL;
-    }
+    if (nm_engine_state_probed(from) && !nm_engine_state_probed(to))
+        nm_engine_probes_cancel(e);
     e->state = to;
 }
 
@@ -875,22 +870,60 @@ void nm_engine_kill_all_now(struct nodemgr *nm)
 /* ---- probing (§6.5) -----------------------------------------------------------------------------
  */
 
+/* Upstream runs a probe's attempts back to back — a hung engine costs timeout x attempts
+ * (15 s with its defaults) before anyone knows. Here the attempts overlap: while a probe
+ * is outstanding the next period's probe is sent anyway, each with the full timeout, and
+ * the endpoint failed once `attempts` probes in a row timed out. A hang is then found
+ * timeout + (attempts - 1) x period after the first unanswered probe (7 s with the
+ * defaults: 5 s, 3 attempts, 1 s period). A healthy engine answers each probe within
+ * the period, so it sees the same one probe per period as before; and as before only
+ * timeouts count as attempts — an answer, even a 503 or a refused connection, is the
+ * round's outcome at once. */
+
 static void probe_send(struct nm_endpoint *e);
+
+/* Cancel the probes sent before seq (all with UINT64_MAX): an answer to a later one
+ * made them moot. */
+static void probes_cancel_before(struct nm_endpoint *e, uint64_t seq)
+{
+    for (int i = 0; i < NM_PROBES_MAX && e->n_probes > 0; i++) {
+        struct nm_probe *p = &e->probes[i];
+        if (p->req && p->seq < seq) {
+            httpc_cancel(e->nm->probe_http, p->req);
+            p->req = NULL;
+            e->n_probes--;
+        }
+    }
+}
+
+void nm_engine_probes_cancel(struct nm_endpoint *e)
+{
+    probes_cancel_before(e, UINT64_MAX);
+    e->probe_timeouts = 0;
+}
 
 static void on_probe_done(const struct httpc_response *resp, void *arg)
 {
-    struct nm_endpoint *e = arg;
+    struct nm_probe *p = arg;
+    struct nm_endpoint *e = p->e;
     struct nodemgr *nm = e->nm;
-    e->probe = NULL;
+    uint64_t seq = p->seq;
+    p->req = NULL;
+    e->n_probes--;
     if (!nm_engine_state_probed(e->state) || !e->proc || !proc_running(e->proc))
         return;
-    int attempts = nm->cfg->health.health_collector_timeout_retry_attempts;
-    /* Only timeouts are retried (an answer, even a 503, is an answer). */
-    if (resp->error == -ETIMEDOUT && e->probe_attempt < attempts) {
-        e->probe_attempt++;
-        probe_send(e);
-        return;
+    if (resp->error == -ETIMEDOUT) {
+        int attempts = nm->cfg->health.health_collector_timeout_retry_attempts;
+        if (++e->probe_timeouts < attempts) {
+            log_debug("probe_timeout", LF_INT("endpoint_id", e->ep.id),
+                      LF_INT("timeouts", e->probe_timeouts), LF_INT("attempts", attempts));
+            return;
+        }
     }
+    /* The round's outcome: an answer, or the last allowed timeout. Probes sent before this
+     * one are moot; later ones start the next round. */
+    probes_cancel_before(e, seq);
+    e->probe_timeouts = 0;
     bool ok = resp->error == 0 && resp->status >= 200 && resp->status < 300;
     if (!ok) {
         metrics_counter_inc(nm->m.probe_failures);
@@ -917,6 +950,12 @@ bool nm_engine_client_tls(const struct nodemgr *nm, struct httpc_tls *out)
 static void probe_send(struct nm_endpoint *e)
 {
     struct nodemgr *nm = e->nm;
+    struct nm_probe *slot = NULL;
+    for (int i = 0; i < NM_PROBES_MAX && !slot; i++)
+        if (!e->probes[i].req)
+            slot = &e->probes[i];
+    if (!slot)
+        return; /* NM_PROBES_MAX outstanding: the oldest times out first */
     struct httpc_tls ht;
     bool tls = nm_engine_client_tls(nm, &ht);
     bool v6 = strchr(e->ep.ip, ':') != NULL;
@@ -930,7 +969,11 @@ static void probe_send(struct nm_endpoint *e)
         .max_response = 64 * 1024,
         .tls = tls ? &ht : NULL,
     };
-    e->probe = httpc_request(nm->probe_http, &o, on_probe_done, e);
+    slot->e = e;
+    slot->seq = ++e->probe_seq;
+    slot->req = httpc_request(nm->probe_http, &o, on_probe_done, slot);
+    if (slot->req)
+        e->n_probes++;
     free(url);
 }
 
@@ -943,15 +986,16 @@ static void probe_tick(struct reactor *r, void *arg)
     for (size_t i = 0; i < nm->n_eps; i++) {
         struct nm_endpoint *e = nm->eps[i];
         /* Probed states only: not retired, not stopping, not without a process. */
-        if (!nm_engine_state_probed(e->state) || !e->proc || !proc_running(e->proc) || e->probe)
+        if (!nm_engine_state_probed(e->state) || !e->proc || !proc_running(e->proc))
             continue;
         if (e->ep.headless) {
             /* PCP followers serve no HTTP: alive is all we can know. */
             nm_engine_event(e, NM_EV_ALIVE, "headless alive");
             continue;
         }
-        e->probe_attempt = 1;
-        probe_send(e);
+        /* No more in flight than attempts: the oldest decides before a newer one would. */
+        if (e->n_probes < nm->cfg->health.health_collector_timeout_retry_attempts)
+            probe_send(e);
     }
 }
 
@@ -964,13 +1008,8 @@ void nm_engine_probes_start(struct nodemgr *nm)
 void nm_engine_probes_stop(struct nodemgr *nm)
 {
     reactor_timer_stop(nm->r, &nm->probe_timer);
-    for (size_t i = 0; i < nm->n_eps; i++) {
-        struct nm_endpoint *e = nm->eps[i];
-        if (e->probe) {
-            httpc_cancel(nm->probe_http, e->probe);
-            e->probe = NULL;
-        }
-    }
+    for (size_t i = 0; i < nm->n_eps; i++)
+        nm_engine_probes_cancel(nm->eps[i]);
 }
 
 void nm_engine_probes_reconfigure(struct nodemgr *nm)

@@ -80,6 +80,11 @@ struct nodemgr;
 #define NM_REPORT_TIMEOUT_MS 15000
 /* Delay between answering POST /node-manager/stop and shutting down (§4). */
 #define NM_STOP_EXIT_DELAY_MS 500
+/* Probes of one endpoint in flight at once at most (each lives at most
+ * health_collector_timeout; with upstream's 5 s and a 1 s period that is 5). More attempts
+ * than this still count: a new probe waits for a free slot. */
+#define NM_PROBES_MAX 8
+
 /* Upper bound of the /health probe period (upstream's status thread: 1 s). */
 #define NM_PROBE_PERIOD_MAX_MS 1000
 /* Engine output: in-memory tail per endpoint and the longest line kept. */
@@ -241,9 +246,17 @@ struct nm_endpoint {
     int64_t last_exit_uptime_ms;
     int64_t last_exit_healthy_ms; /* how long it had been continuously ready */
 
-    /* /health probing */
-    struct httpc_req *probe; /* in flight, NULL otherwise (only in probed states) */
-    int probe_attempt;       /* 1.. (timeout-only retries) */
+    /* /health probing, overlapped (nm_engine.c, "probing"): a new probe every probe
+     * period while earlier ones are outstanding, each with its own timeout; the hang is
+     * the attempts-th timeout in a row. Only probed states have probes in flight. */
+    struct nm_probe {
+        struct nm_endpoint *e;
+        struct httpc_req *req; /* in flight, NULL when the slot is free */
+        uint64_t seq;          /* send order */
+    } probes[NM_PROBES_MAX];
+    int n_probes;       /* slots in flight */
+    uint64_t probe_seq; /* last seq sent */
+    int probe_timeouts; /* timeouts in a row since the last answer */
 
     /* Facts about the endpoint's history, not phases of its engine (they outlive every
      * state change and are reset by other rules): */
@@ -562,7 +575,7 @@ struct nodemgr {
     struct cfgwatch *watch;
 
     /* engine output passthrough to the NM's stdout */
-    int passthrough_fd;      /* -1 = none */
+    int passthrough_fd; /* -1 = none */
     /* Upstream's daemon loop reads stdin: a line "stop" ends it (nm_main.c). */
     bool stdin_watched;
     char stdin_line[64];
@@ -606,6 +619,8 @@ void nm_route(struct nodemgr *nm, const char *method, const char *pattern, httpd
 /* Interval helpers from the live config. */
 int64_t nm_heartbeat_interval_ms(const struct nodemgr *nm);
 int64_t nm_probe_period_ms(const struct nodemgr *nm);
+/* Cancel an endpoint's /health probes in flight (state change, stop, free). */
+void nm_engine_probes_cancel(struct nm_endpoint *e);
 int64_t nm_stop_grace_ms(const struct nodemgr *nm);
 
 /* ---- nm_reload.c -------------------------------------------------------------------- */

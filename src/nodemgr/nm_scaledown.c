@@ -418,8 +418,9 @@ static void commit_settle_begin(struct nm_scaledown *sd)
     int attempts = h->health_collector_timeout_retry_attempts > 0
                        ? h->health_collector_timeout_retry_attempts
                        : 1;
-    int64_t lag_ms = nm_probe_period_ms(nm) +
-                     (int64_t)h->health_collector_timeout * 1000 * attempts +
+    /* The probes' attempts overlap, one per period (nm_engine.c, "probing"). */
+    int64_t lag_ms = nm_probe_period_ms(nm) + (int64_t)h->health_collector_timeout * 1000 +
+                     (int64_t)(attempts - 1) * nm_probe_period_ms(nm) +
                      nm_heartbeat_interval_ms(nm);
     int64_t left = guard_left_ms(nm);
     if (left < lag_ms)
