@@ -68,8 +68,8 @@ struct coord_metrics {
     /* cache-aware routing: prompt tokens routed, and how many were cached where they went */
     struct metrics_counter *prefix_prompt_tokens, *prefix_matched_tokens;
     struct metrics_counter *tokenize_ok, *tokenize_failed;
-    struct metrics_counter *mem_trims;        /* mem_release calls that trimmed */
-    struct metrics_counter *mem_trimmed;      /* bytes they gave back */
+    struct metrics_counter *mem_trims;   /* mem_release calls that trimmed */
+    struct metrics_counter *mem_trimmed; /* bytes they gave back */
 };
 
 struct coord;
@@ -108,8 +108,8 @@ struct coord_worker {
 struct mgmt_refresh; /* mgmt.c */
 struct kvsub;        /* kvsub.c */
 struct kvidx;
-struct coord_ha;     /* coord_ha.c */
-struct prec;         /* precision.c */
+struct coord_ha; /* coord_ha.c */
+struct prec;     /* precision.c */
 
 /* What the command line set: kept for reloads, which apply it again over the file. */
 struct coord_cli {
