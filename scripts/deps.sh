@@ -7,10 +7,13 @@ set -euo pipefail
 # curl, openssl, nginx: independent TLS/HTTP peers in the tests (the CLIs, not libraries).
 # python3-zmq (pyzmq on libzmq) and python3-msgpack: peers nobody here wrote, for the
 # interop tests of src/common/zmtp and msgpk (tests/integration/test_zmtp_interop.py).
+# prometheus: promtool checks every Motor metric family, the alert rules and the
+# dashboards' queries, and a real Prometheus server scrapes a `motor up` fleet
+# (tests/integration/test_observability.py).
 packages=(build-essential pkg-config cmake ninja-build
   libssl-dev libjansson-dev libcmocka-dev libsqlite3-dev
   curl openssl nginx python3 python3-pytest clang libclang-rt-14-dev
-  procps iproute2 etcd-server etcd-client python3-yaml python3-zmq python3-msgpack "$@")
+  procps iproute2 etcd-server etcd-client python3-yaml python3-zmq python3-msgpack prometheus "$@")
 
 # The OpenAI client test runs the `openai` npm package: Node.js from Debian only when the
 # machine has no node/npm of its own (a newer one installed elsewhere is left alone).

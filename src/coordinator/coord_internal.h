@@ -68,6 +68,11 @@ struct coord_metrics {
     /* cache-aware routing: prompt tokens routed, and how many were cached where they went */
     struct metrics_counter *prefix_prompt_tokens, *prefix_matched_tokens;
     struct metrics_counter *tokenize_ok, *tokenize_failed;
+    /* Per model and role (gwm_*, coordinator.c): histograms with vLLM's bucket edges so
+     * one panel shows the gateway's and the engines' own; children through gwm_get. */
+    struct metrics_family *gw_ttft, *gw_itl, *gw_tpot, *gw_e2e, *gw_queue, *gw_handoff;
+    struct metrics_family *gw_prompt, *gw_completion;             /* token count histograms */
+    struct metrics_family *gw_prompt_total, *gw_completion_total; /* tokens forwarded */
     struct metrics_counter *mem_trims;   /* mem_release calls that trimmed */
     struct metrics_counter *mem_trimmed; /* bytes they gave back */
     struct metrics_counter *conductor_ok, *conductor_failed;
@@ -75,6 +80,20 @@ struct coord_metrics {
 
 struct coord;
 struct preq;
+
+/* One model's and role's gateway series (the children of the gw_* families). */
+struct gwm {
+    struct metrics_histogram *ttft, *itl, *tpot, *e2e, *queue, *handoff, *prompt, *completion;
+    struct metrics_counter *prompt_total, *completion_total;
+};
+/* Distinct model_name values a coordinator labels (bounded cardinality): the rest are
+ * counted under model_name="other". Per worker cache of the children. */
+#define GWM_MAX_MODELS 32
+struct gwm_cache {
+    char model[64];
+    struct gwm by_role[WIRE_ROLE_COUNT];
+    bool resolved[WIRE_ROLE_COUNT];
+};
 
 struct coord_worker {
     struct coord *c;
@@ -106,7 +125,12 @@ struct coord_worker {
     bool draining;
     int64_t drain_deadline;
     struct reactor_timer drain_timer;
+    struct gwm_cache gwm[GWM_MAX_MODELS + 1]; /* + "other" */
+    int n_gwm;
 };
+
+/* The series of model (NULL: "unknown") and role for this worker. */
+const struct gwm *gwm_get(struct coord_worker *w, const char *model, enum wire_role role);
 
 struct mgmt_refresh; /* mgmt.c */
 struct kvsub;        /* kvsub.c */

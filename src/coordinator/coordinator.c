@@ -37,6 +37,99 @@ static const char *const cause_names[CAUSE_COUNT] = {
 
 static void metrics_cache(struct coord *c);
 
+/* vLLM's bucket edges (vllm/v1/metrics/loggers.py), so the gateway's histograms and the
+ * engines' own vllm:* ones share a dashboard panel. */
+static const double vllm_ttft_b[] = {0.001, 0.005, 0.01, 0.02,  0.04,  0.06,  0.08, 0.1,
+                                     0.25,  0.5,   0.75, 1.0,   2.5,   5.0,   7.5,  10.0,
+                                     20.0,  40.0,  80.0, 160.0, 640.0, 2560.0};
+static const double vllm_itl_b[] = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  0.4, 0.5,
+                                    0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
+static const double vllm_e2e_b[] = {0.3,  0.5,   0.8,   1.0,   1.5,   2.0,    2.5,
+                                    5.0,  10.0,  15.0,  20.0,  30.0,  40.0,   50.0,
+                                    60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+/* vLLM's build_1_2_5_buckets up to 1M tokens (it stops at max_model_len). */
+static const double vllm_tok_b[] = {1,     2,      5,      10,     20,     50,    100,
+                                    200,   500,    1000,   2000,   5000,   10000, 20000,
+                                    50000, 100000, 200000, 500000, 1000000};
+
+static void gw_metrics_setup(struct coord_metrics *m)
+{
+#define GWH(field, name, help, b)                                                                  \
+    m->field = metrics_histogram_family(m->reg, name, help, b, ARRAY_LEN(b), "model_name", "role")
+    GWH(gw_ttft, "motor_gateway_time_to_first_token_seconds",
+        "Arrival to the first answer byte sent to the client, by model and the role of the "
+        "instance that answered.",
+        vllm_ttft_b);
+    GWH(gw_itl, "motor_gateway_inter_token_latency_seconds",
+        "Time between two consecutive streamed events (one token each with vLLM's defaults).",
+        vllm_itl_b);
+    GWH(gw_tpot, "motor_gateway_time_per_output_token_seconds",
+        "Per streamed request: (end - first event) / (events - 1).", vllm_itl_b);
+    GWH(gw_e2e, "motor_gateway_e2e_request_latency_seconds",
+        "Arrival to the last byte of a successful answer.", vllm_e2e_b);
+    GWH(gw_queue, "motor_gateway_queue_time_seconds",
+        "Arrival until an endpoint was picked (parsing, tokenizing, routing, backoff).",
+        vllm_ttft_b);
+    GWH(gw_handoff, "motor_gateway_pd_handoff_seconds",
+        "PD: the prefill leg's answer (the KV ticket) to the decode leg's first byte.",
+        vllm_ttft_b);
+    GWH(gw_prompt, "motor_gateway_request_prompt_tokens",
+        "Prompt tokens per successful request (the engine's usage, else the routing count).",
+        vllm_tok_b);
+    GWH(gw_completion, "motor_gateway_request_generation_tokens",
+        "Completion tokens per successful request (usage, else streamed events).", vllm_tok_b);
+#undef GWH
+    m->gw_prompt_total =
+        metrics_counter_family(m->reg, "motor_gateway_prompt_tokens_total",
+                               "Prompt tokens of the requests answered.", "model_name", "role");
+    m->gw_completion_total =
+        metrics_counter_family(m->reg, "motor_gateway_generation_tokens_total",
+                               "Completion tokens forwarded to clients.", "model_name", "role");
+}
+
+const struct gwm *gwm_get(struct coord_worker *w, const char *model, enum wire_role role)
+{
+    struct coord_metrics *m = &w->c->m;
+    if (!model || !*model)
+        model = "unknown";
+    if ((unsigned)role >= WIRE_ROLE_COUNT)
+        role = WIRE_ROLE_UNION;
+    struct gwm_cache *e = NULL;
+    for (int i = 0; i < w->n_gwm && !e; i++)
+        if (!strcmp(w->gwm[i].model, model))
+            e = &w->gwm[i];
+    if (!e) {
+        /* Past GWM_MAX_MODELS (or a name too long for a label we keep): "other". */
+        bool fits = w->n_gwm < GWM_MAX_MODELS && strlen(model) < sizeof(e->model);
+        const char *name = fits ? model : "other";
+        for (int i = 0; i < w->n_gwm && !e; i++)
+            if (!strcmp(w->gwm[i].model, name))
+                e = &w->gwm[i];
+        if (!e) {
+            e = &w->gwm[w->n_gwm++];
+            snprintf(e->model, sizeof(e->model), "%s", name);
+        }
+    }
+    struct gwm *g = &e->by_role[role];
+    if (!e->resolved[role]) {
+        /* Get-or-create takes the registry mutex: once per worker, model and role. */
+        const char *r = wire_role_str(role);
+        const char *v[] = {e->model, r, NULL};
+        g->ttft = metrics_histogram_labelsv(m->gw_ttft, v);
+        g->itl = metrics_histogram_labelsv(m->gw_itl, v);
+        g->tpot = metrics_histogram_labelsv(m->gw_tpot, v);
+        g->e2e = metrics_histogram_labelsv(m->gw_e2e, v);
+        g->queue = metrics_histogram_labelsv(m->gw_queue, v);
+        g->handoff = metrics_histogram_labelsv(m->gw_handoff, v);
+        g->prompt = metrics_histogram_labelsv(m->gw_prompt, v);
+        g->completion = metrics_histogram_labelsv(m->gw_completion, v);
+        g->prompt_total = metrics_counter_labelsv(m->gw_prompt_total, v);
+        g->completion_total = metrics_counter_labelsv(m->gw_completion_total, v);
+        e->resolved[role] = true;
+    }
+    return g;
+}
+
 static void metrics_setup(struct coord *c)
 {
     struct coord_metrics *m = &c->m;
@@ -103,10 +196,9 @@ static void metrics_setup(struct coord *c)
         metrics_counter_new(m->reg, "motor_coordinator_prefix_matched_tokens_total",
                             "Of those, tokens the chosen endpoint held in its prefix cache (as "
                             "the coordinator knew it).");
-    struct metrics_family *tk =
-        metrics_counter_family(m->reg, "motor_coordinator_tokenize_requests_total",
-                               "Prompts sent to an engine's /tokenize before routing, by result.",
-                               "result");
+    struct metrics_family *tk = metrics_counter_family(
+        m->reg, "motor_coordinator_tokenize_requests_total",
+        "Prompts sent to an engine's /tokenize before routing, by result.", "result");
     m->tokenize_ok = metrics_counter_labels(tk, "result", "ok");
     struct metrics_family *cq = metrics_counter_family(
         m->reg, "motor_coordinator_conductor_queries_total",
@@ -114,6 +206,7 @@ static void metrics_setup(struct coord *c)
     m->conductor_ok = metrics_counter_labels(cq, "result", "ok");
     m->conductor_failed = metrics_counter_labels(cq, "result", "failed");
     m->tokenize_failed = metrics_counter_labels(tk, "result", "failed");
+    gw_metrics_setup(m);
     m->mem_trims = metrics_counter_new(
         m->reg, "motor_coordinator_memory_trims_total",
         "Times the coordinator gave freed heap memory back to the kernel (malloc_trim).");
@@ -398,8 +491,7 @@ static int load_config(struct coord *c, const struct cli_args *a)
     }
     log_info("config_loaded", LF_STR("path", path), LF_STR("host", c->cfg.host),
              LF_INT("infer_port", c->cfg.infer_port), LF_INT("mgmt_port", c->cfg.mgmt_port),
-             LF_INT("workers", c->cfg.workers),
-             LF_STR("scheduler", c->cfg.scheduler_type),
+             LF_INT("workers", c->cfg.workers), LF_STR("scheduler", c->cfg.scheduler_type),
              LF_INT("max_retry", c->cfg.max_retry),
              LF_INT("first_token_timeout_ms", c->cfg.first_token_timeout_ms),
              LF_INT("infer_timeout_ms", c->cfg.infer_timeout_ms),

@@ -19,8 +19,8 @@
  * the affinity: the request is balanced on load.
  *
  * Where a request is lives in one place: its state (reqfsm.h: ROUTING, TOKENIZING,
- * PREFILL, DECODE, BUFFERING, STREAMING, BACKOFF, DONE), changed only through step() — the table decides,
- * the change is counted per worker and logged at debug level. Every terminal event goes
+ * PREFILL, DECODE, BUFFERING, STREAMING, BACKOFF, DONE), changed only through step() — the table
+ * decides, the change is counted per worker and logged at debug level. Every terminal event goes
  * through preq_end(), the one exit path: it enters DONE (so it runs once: DONE accepts
  * no event), releases the legs, load and breaker claims and the backoff timer, counts the
  * request and its error cause, and answers the client (an HTTP answer, or the end of a
@@ -78,12 +78,10 @@ enum api {
     API_DETOKENIZE,
 };
 #define API_FIRST_ANY API_EMBEDDINGS /* from here: no generation, any role serves it */
-static const char *const api_names[] = {"completions", "chat_completions", "responses",
-                                        "messages",    "embeddings",       "tokenize",
-                                        "detokenize"};
-static const char *const api_paths[] = {"/v1/completions", "/v1/chat/completions",
-                                        "/v1/responses",   "/v1/messages",
-                                        "/v1/embeddings",  "/tokenize",
+static const char *const api_names[] = {"completions", "chat_completions", "responses", "messages",
+                                        "embeddings",  "tokenize",         "detokenize"};
+static const char *const api_paths[] = {"/v1/completions", "/v1/chat/completions", "/v1/responses",
+                                        "/v1/messages",    "/v1/embeddings",       "/tokenize",
                                         "/detokenize"};
 
 enum mode { MODE_SINGLE = 0, MODE_VLLM_PD, MODE_SGLANG_PD, MODE_VLLM_TRIGGER };
@@ -136,7 +134,7 @@ struct preq {
     struct leg legs[2];
     int attempts;
     int retries;
-    int busy; /* busy endpoints met (not retries: load is not failure) */
+    int busy;               /* busy endpoints met (not retries: load is not failure) */
     struct meta_wait *meta; /* trigger mode: the decode engine's callback, awaiting its prefill */
     struct {
         int64_t inst, ep;
@@ -190,9 +188,19 @@ struct preq {
     char **cond_hp;
     uint32_t *cond_tok;
     size_t n_cond;
-    uint64_t *kv_keys;       /* block keys of the prompt (kvidx_keys) */
+    uint64_t *kv_keys; /* block keys of the prompt (kvidx_keys) */
     size_t n_keys;
     int kv_bs;
+
+    /* Gateway metrics (gwm_*): what the client saw, per model and answering role. */
+    int64_t first_us;                       /* the first answer byte went out (0: not yet) */
+    int64_t last_ev_us;                     /* the last streamed chunk that carried an event */
+    int64_t handoff_us;                     /* PD: the prefill leg's successful answer */
+    int64_t n_events;                       /* streamed SSE events passed on ([DONE] included) */
+    int64_t usage_prompt, usage_completion; /* the engine's "usage", -1 = not seen */
+    enum wire_role ans_role; /* the role of the instance whose answer the client got */
+    bool picked;             /* an endpoint was picked (queue time observed) */
+    char last_ch;            /* the last streamed byte (an event boundary across chunks) */
 };
 
 static void attempt(struct preq *pr);
@@ -403,10 +411,97 @@ static bool avoided(const struct preq *pr, const struct instance *in,
 
 /* ---- the exit path ----------------------------------------------------------------- */
 
+/* A number after "key": in a JSON text (the usage object of an answer), -1 if absent. */
+static int64_t json_scan_int(const char *s, size_t n, const char *key)
+{
+    size_t kl = strlen(key);
+    const char *end = s + n;
+    for (const char *p = s; p && p + kl < end; p++) {
+        p = memmem(p, (size_t)(end - p), key, kl);
+        if (!p)
+            break;
+        const char *q = p + kl;
+        while (q < end && (*q == ' ' || *q == ':'))
+            q++;
+        if (q < end && *q >= '0' && *q <= '9') {
+            int64_t v = 0;
+            while (q < end && *q >= '0' && *q <= '9' && v < INT64_MAX / 10)
+                v = v * 10 + (*q++ - '0');
+            return v;
+        }
+    }
+    return -1;
+}
+
+static void gwm_first(struct preq *pr, const struct leg *leg)
+{
+    int64_t now = util_mono_us();
+    pr->first_us = pr->last_ev_us = now;
+    pr->ans_role = leg->inst ? leg->inst->role : WIRE_ROLE_UNION;
+    const struct gwm *g = gwm_get(pr->w, pr->model, pr->ans_role);
+    metrics_histogram_observe(g->ttft, (double)(now - pr->start_us) / 1e6);
+    if (pr->handoff_us)
+        metrics_histogram_observe(g->handoff, (double)(now - pr->handoff_us) / 1e6);
+}
+
+/* Streamed bytes passed on: events end at a blank line ("\n\n", also across chunks). */
+static void gwm_stream(struct preq *pr, const char *data, size_t len)
+{
+    int64_t k = 0;
+    char prev = pr->last_ch;
+    for (size_t i = 0; i < len; i++) {
+        if (data[i] == '\n' && prev == '\n')
+            k++;
+        prev = data[i];
+    }
+    if (len)
+        pr->last_ch = data[len - 1];
+    if (!k || !pr->first_us)
+        return;
+    int64_t now = util_mono_us();
+    const struct gwm *g = gwm_get(pr->w, pr->model, pr->ans_role);
+    metrics_histogram_observe(g->itl, (double)(now - pr->last_ev_us) / 1e6);
+    pr->last_ev_us = now;
+    pr->n_events += k;
+}
+
+static void gwm_end(struct preq *pr)
+{
+    int64_t now = util_mono_us();
+    const struct gwm *g = gwm_get(pr->w, pr->model, pr->ans_role);
+    metrics_histogram_observe(g->e2e, (double)(now - pr->start_us) / 1e6);
+    int64_t gen = pr->usage_completion;
+    if (pr->stream) {
+        /* every event but the closing [DONE] and, for chat, the opening one that only
+         * carries the role (a usage event, when asked for, counts) */
+        int64_t tokens = pr->n_events - 1 - (pr->api == API_CHAT ? 1 : 0);
+        if (tokens < 0)
+            tokens = 0;
+        if (gen < 0)
+            gen = tokens;
+        if (tokens > 1)
+            metrics_histogram_observe(g->tpot, (double)(pr->last_ev_us - pr->first_us) / 1e6 /
+                                                   (double)(tokens - 1));
+    }
+    int64_t prompt = pr->usage_prompt >= 0    ? pr->usage_prompt
+                     : pr->prompt_tokens >= 0 ? pr->prompt_tokens
+                                              : reqscan_estimate_tokens(&pr->scan, true);
+    if (gen >= 0) {
+        metrics_histogram_observe(g->completion, (double)gen);
+        metrics_counter_add(g->completion_total, (uint64_t)gen);
+    }
+    if (prompt >= 0) {
+        metrics_histogram_observe(g->prompt, (double)prompt);
+        metrics_counter_add(g->prompt_total, (uint64_t)prompt);
+    }
+}
+
 static void record_end(struct preq *pr, int status)
 {
     coord_count_request(pr->c, api_names[pr->api], status);
     metrics_histogram_observe(pr->c->m.e2e, (double)(util_mono_us() - pr->start_us) / 1e6);
+    if (status == 200 && pr->first_us)
+        gwm_end(pr);
 }
 
 #define NO_CAUSE (-1)
@@ -910,6 +1005,7 @@ static void first_byte(struct preq *pr, struct leg *leg)
     if (pr->set->reschedule_enable && pr->set->max_reschedule > 0)
         strbuf_init(&pr->rec, PROXY_REC_MAX);
     metrics_histogram_observe(pr->c->m.ttft, (double)(util_mono_us() - pr->start_us) / 1e6);
+    gwm_first(pr, leg);
     httpd_add_header(pr->hreq, "X-Request-Id", pr->rid);
     httpd_add_header(pr->hreq, "Cache-Control", "no-cache");
     httpd_stream_begin(pr->hreq, 200, leg->ctype ? leg->ctype : "text/event-stream");
@@ -958,6 +1054,7 @@ static int leg_on_chunk(const char *data, size_t len, void *arg)
     if (!pr->hreq || state_of(pr) != REQ_STREAMING)
         return 1;
     pr->last_byte_ms = now_ms(pr);
+    gwm_stream(pr, data, len);
     int rc;
     if (sse_in_use(pr, REQ_STREAMING)) {
         rc = sse_feed(&pr->sse, data, len, on_sse_event, pr);
@@ -1147,6 +1244,10 @@ static void main_done(struct preq *pr, struct leg *leg, const struct httpc_respo
         return;
     }
     metrics_histogram_observe(pr->c->m.ttft, (double)(util_mono_us() - pr->start_us) / 1e6);
+    gwm_first(pr, leg);
+    pr->usage_prompt = json_scan_int(strbuf_str(&leg->body), leg->body.len, "\"prompt_tokens\"");
+    pr->usage_completion =
+        json_scan_int(strbuf_str(&leg->body), leg->body.len, "\"completion_tokens\"");
     size_t len = leg->body.len;
     char *body = strbuf_take(&leg->body);
     char *ct = xstrdup(leg->ctype);
@@ -1265,6 +1366,8 @@ static void leg_on_done(const struct httpc_response *resp, void *arg)
     struct leg *leg = arg;
     struct preq *pr = leg->pr;
     leg->h = NULL;
+    if (leg->which == LEG_PREFILL && !resp->error && leg->status >= 200 && leg->status < 300)
+        pr->handoff_us = util_mono_us();
     if (leg->which == LEG_PREFILL)
         prefill_done(pr, leg, resp);
     else
@@ -1283,6 +1386,11 @@ static void leg_start(struct preq *pr, struct leg *leg, const char *body, size_t
         leg->tokens = MOTOR_MAX((int64_t)1, leg->tokens - (int64_t)pr->matched);
     inst_load_acquire(leg->ep->load, leg->tokens);
     leg->load_held = true;
+    if (!pr->picked) {
+        pr->picked = true;
+        const struct gwm *g = gwm_get(pr->w, pr->model, leg->inst->role);
+        metrics_histogram_observe(g->queue, (double)(util_mono_us() - pr->start_us) / 1e6);
+    }
     /* Per leg, so assembled without printf or the heap (hostport is an address). */
     char url[320], rid_hdr[96];
     size_t hl = strnlen(leg->ep->hostport, sizeof(url) - 64);
@@ -1380,8 +1488,7 @@ static void cond_match(void *ctx, const char *const *hostports, size_t m, uint32
     }
 }
 
-static int select_ep(struct preq *pr, enum wire_role role, struct pick_ctx *x,
-                     struct bal_pick *p)
+static int select_ep(struct preq *pr, enum wire_role role, struct pick_ctx *x, struct bal_pick *p)
 {
     struct inst_snapshot *s = pr->snap;
     const struct csettings *set = pr->set;
@@ -1398,9 +1505,9 @@ static int select_ep(struct preq *pr, enum wire_role role, struct pick_ctx *x,
                                    .req_tokens = reqscan_estimate_tokens(&pr->scan, false) -
                                                  reqscan_estimate_tokens(&pr->scan, true) + prompt,
                                    .gate = set->load_gate_factor};
-        int rc = bal_select_affinity(set->policy, set->instance_score_weight, s->routable[role],
-                                     s->n_routable[role], pick_filter, x, &pr->c->rr[role], &aff,
-                                     p);
+        int rc =
+            bal_select_affinity(set->policy, set->instance_score_weight, s->routable[role],
+                                s->n_routable[role], pick_filter, x, &pr->c->rr[role], &aff, p);
         struct kvidx *ix = atomic_load_explicit(&pr->c->kvidx, memory_order_acquire);
         if (rc == 0 && set->approx && ix) {
             /* What this endpoint will have cached once it computed the prompt. */
@@ -1496,7 +1603,8 @@ static bool plan(struct preq *pr)
         /* embeddings, tokenizer: no generation, no hand-off; any engine of the model */
         pr->mode = MODE_SINGLE;
         return pick_role(pr, WIRE_ROLE_UNION, NULL, d) ||
-               pick_role(pr, WIRE_ROLE_PREFILL, NULL, d) || pick_role(pr, WIRE_ROLE_DECODE, NULL, d);
+               pick_role(pr, WIRE_ROLE_PREFILL, NULL, d) ||
+               pick_role(pr, WIRE_ROLE_DECODE, NULL, d);
     }
     bool pd_present = s->n_routable[WIRE_ROLE_PREFILL] || s->n_routable[WIRE_ROLE_DECODE];
     if (s->n_routable[WIRE_ROLE_PREFILL] && s->n_routable[WIRE_ROLE_DECODE]) {
@@ -2313,6 +2421,7 @@ static void handle_infer(struct httpd_req *req, struct coord_worker *w, enum api
         reactor_timer_start(w->r, &w->sweep, w->sweep_ms, w->sweep_ms);
     }
     pr->prompt_tokens = -1;
+    pr->usage_prompt = pr->usage_completion = -1;
     if (set->conductor)
         conductor_query(pr);
     else if (set->tokenize)

@@ -352,6 +352,9 @@ def test_systemd_units():
         assert argv[0] == "/usr/local/bin/motor", u.name
         check_command(["motor", *argv[1:]])
         assert svc.get("Restart") in ("always", "on-failure"), u.name
+        # docs/operations.md promises it of every unit (a gateway holds a descriptor per
+        # connection; the distributions' default soft limit is 1024).
+        assert int(svc.get("LimitNOFILE", "0")) >= 65536, u.name
         for line in u.read_text().splitlines():
             if line.startswith("Environment="):
                 assert_env_known(line.split("=", 2)[1])
