@@ -101,14 +101,17 @@ static const struct cfgtab_ops tls_ops = {.dump = tls_dump};
 
 /* The keys every TLS block has. */
 #define TLS_ROWS                                                                                   \
-    {"enable_tls", CFGTAB_BOOL, TOFF(enable), .flags = CFGTAB_RESTART, .doc = "turns it on"},     \
+    {"enable_tls", CFGTAB_BOOL, TOFF(enable), .flags = CFGTAB_RESTART, .doc = "turns it on"},      \
         {"cert_file", CFGTAB_STRING, TOFF(cert_file), .doc = "required with TLS"},                 \
         {"key_file", CFGTAB_STRING, TOFF(key_file), .doc = "required with TLS"},                   \
         {"ca_file", CFGTAB_STRING, TOFF(ca_file), .check = skip_empty,                             \
          .doc = "requires client certificates (mutual TLS)"},                                      \
-        {"passwd_file", CFGTAB_CUSTOM, TOFF(key_password), .flags = CFGTAB_SECRET,                 \
-         .ops = &passwd_ops, .size = sizeof(char *), .dump = "key_password_loaded",               \
-         .type_doc = "string", .doc = "the key's password: the file's first line"}
+    {                                                                                              \
+        "passwd_file", CFGTAB_CUSTOM, TOFF(key_password),                                          \
+            .flags = CFGTAB_SECRET, .ops = &passwd_ops, .size = sizeof(char *),                    \
+            .dump = "key_password_loaded", .type_doc = "string",                                   \
+            .doc = "the key's password: the file's first line"                                     \
+    }
 
 static const struct cfgtab_row tls_rows[] = {TLS_ROWS};
 static const struct cfgtab tls_table = CFGTAB_TABLE("tls", tls_rows, NULL);

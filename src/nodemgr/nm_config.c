@@ -401,15 +401,18 @@ static const struct cfgtab_ops ft_capability_ops = {.dump = ft_capability_dump};
 
 /* The keys every TLS block has. */
 #define TLS_ROWS                                                                                   \
-    {"enable_tls", CFGTAB_BOOL, TOFF(enable_tls), .doc = "turns it on"},                         \
+    {"enable_tls", CFGTAB_BOOL, TOFF(enable_tls), .doc = "turns it on"},                           \
         {"ca_file", CFGTAB_STRING, TOFF(ca_file), .def_s = "security/mgmt/cert/ca.crt"},           \
         {"cert_file", CFGTAB_STRING, TOFF(cert_file), .def_s = "security/mgmt/cert/server.crt"},   \
         {"key_file", CFGTAB_STRING, TOFF(key_file), .def_s = "security/mgmt/keys/server.key"},     \
         {"passwd_file", CFGTAB_STRING, TOFF(passwd_file),                                          \
          .def_s = "security/mgmt/keys/key_pwd.txt"},                                               \
-        {"crl_file", CFGTAB_STRING, TOFF(crl_file), .def_s = "",                                   \
-         .doc = "PEM CRLs of the CA: a revoked client certificate fails the handshake (needs "     \
-                "ca_file)"}
+    {                                                                                              \
+        "crl_file", CFGTAB_STRING, TOFF(crl_file),                                                 \
+            .def_s = "",                                                                           \
+            .doc = "PEM CRLs of the CA: a revoked client certificate fails the handshake (needs "  \
+                   "ca_file)"                                                                      \
+    }
 
 static const struct cfgtab_row tls_rows[] = {TLS_ROWS};
 static const struct cfgtab tls_table = CFGTAB_TABLE("tls", tls_rows, NULL);
@@ -417,8 +420,7 @@ static const struct cfgtab tls_table = CFGTAB_TABLE("tls", tls_rows, NULL);
 /* infer_tls_config: how the engines are probed. */
 static const struct cfgtab_row infer_tls_rows[] = {
     TLS_ROWS,
-    {"engine_tls", CFGTAB_BOOL, TOFF(engine_tls), .flags = CFGTAB_MOTOR | CFGTAB_NODUMP,
-     .def_i = 1,
+    {"engine_tls", CFGTAB_BOOL, TOFF(engine_tls), .flags = CFGTAB_MOTOR | CFGTAB_NODUMP, .def_i = 1,
      .doc = "the engines serve TLS (probes over https); false = the engines are plain HTTP "
             "behind a TLS coordinator"},
 };
