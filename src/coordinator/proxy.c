@@ -43,6 +43,7 @@
 #include "coordinator/sse.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -2517,7 +2518,10 @@ static void h_metaserver(struct httpd_req *req, void *arg)
         return;
     }
     struct leg *p = &pr->legs[LEG_PREFILL];
-    if ((att && atoi(att) != pr->attempts) || state_of(pr) != REQ_DECODE || pr->meta || p->h ||
+    int att_n = -1; /* a malformed attempt is stale: it names no attempt of ours */
+    if (att && util_parse_int(att, 0, INT_MAX, &att_n) != 0)
+        att_n = -1;
+    if ((att && att_n != pr->attempts) || state_of(pr) != REQ_DECODE || pr->meta || p->h ||
         !p->inst) {
         snprintf(msg, sizeof(msg), "stale attempt %s of request %.120s (now attempt %d)",
                  att ? att : "?", id, pr->attempts);
