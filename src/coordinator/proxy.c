@@ -448,13 +448,13 @@ static void gwm_first(struct preq *pr, const struct leg *leg)
 /* Streamed bytes passed on: events end at a blank line ("\n\n", also across chunks). */
 static void gwm_stream(struct preq *pr, const char *data, size_t len)
 {
-    int64_t k = 0;
-    char prev = pr->last_ch;
-    for (size_t i = 0; i < len; i++) {
-        if (data[i] == '\n' && prev == '\n')
+    /* memchr, not a byte loop: this runs on every byte a stream passes on (a byte loop
+     * doubled the coordinator's instructions per streamed request under callgrind). */
+    int64_t k = len && data[0] == '\n' && pr->last_ch == '\n';
+    const char *end = data + len;
+    for (const char *p = data; (p = memchr(p, '\n', (size_t)(end - p))) != NULL; p++)
+        if (p + 1 < end && p[1] == '\n')
             k++;
-        prev = data[i];
-    }
     if (len)
         pr->last_ch = data[len - 1];
     if (!k || !pr->first_us)
