@@ -1093,8 +1093,10 @@ static int parse_args(int argc, char **argv, struct up_args *a)
  * serves both ways, so it is also the client certificate mutual TLS asks for). */
 static void client_tls(struct httpc_tls *t, const struct up_tls_side *s)
 {
-    *t = (struct httpc_tls){
-        .ca_file = s->ca_file, .cert_file = s->cert_file, .key_file = s->key_file};
+    *t = (struct httpc_tls){.ca_file = s->ca_file,
+                            .cert_file = s->cert_file,
+                            .key_file = s->key_file,
+                            .key_password = s->key_password};
 }
 
 static char *self_exe(void)

@@ -627,6 +627,10 @@ static void side_from_block(struct up_tls_side *s, json_t *b)
     s->ca_file = block_file(b, "ca_file");
     s->cert_file = block_file(b, "cert_file");
     s->key_file = block_file(b, "key_file");
+    char *pw = block_file(b, "passwd_file");
+    if (pw && cfg_read_secret(pw, &s->key_password) < 0)
+        s->key_password = NULL; /* an unencrypted key needs none; a wrong one fails loudly */
+    free(pw);
 }
 
 /* What motor up's own client needs: which listeners speak TLS and with which files (a
@@ -650,6 +654,9 @@ static void side_release(struct up_tls_side *s)
     free(s->ca_file);
     free(s->cert_file);
     free(s->key_file);
+    if (s->key_password)
+        explicit_bzero(s->key_password, strlen(s->key_password));
+    free(s->key_password);
     memset(s, 0, sizeof(*s));
 }
 

@@ -69,6 +69,7 @@ struct up_pod {
 struct up_tls_side {
     bool on;
     char *ca_file, *cert_file, *key_file; /* heap; NULL when not given */
+    char *key_password;                   /* the block's passwd_file's first line, or NULL */
 };
 
 struct up_plan {

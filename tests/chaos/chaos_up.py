@@ -331,9 +331,17 @@ class _Root:
 
 
 def _free_block(n: int) -> int:
+    """n consecutive ports free now, below the kernel's ephemeral range (so that clients'
+    source ports do not take one between this check and `motor up` binding it)."""
+    lo, hi = 20000, 60000
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            hi = min(hi, int(f.read().split()[0]))
+    except (OSError, ValueError):
+        pass
     rng = random.Random(os.getpid() ^ int(time.time()))
     for _ in range(200):
-        base = rng.randrange(20000, 60000 - n, 10)
+        base = rng.randrange(lo, hi - n, 10)
         if all(motorlib.port_is_free(base + i) for i in range(n)):
             return base
     raise RuntimeError("no free block of ports for motor up")

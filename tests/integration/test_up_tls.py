@@ -179,6 +179,15 @@ def test_local_fleet_all_tls(procs, tmpdir_path):
         assert ("did not return a certificate" in err or "plain HTTP" in err or
                 (name == "controller.log" and "unknown ca" in err)), (name, err)
     assert any("unknown ca" in err for _, err in failures), failures
+    # exactly one of each per listener: no daemon of the fleet ever spoke plain HTTP to a
+    # TLS peer (a node manager's log holds its engines' lines too)
+    expect = {"coordinator.log": 2, "controller.log": 1}
+    for pod in plan["pods"]:
+        expect[f"nm-{pod['name']}.log"] = 1 + len(pod["engine_ports"])
+    for name, n in expect.items():
+        for what in ("plain HTTP", "did not return a certificate"):
+            got = sum(what in err for f, err in failures if f == name)
+            assert got == n, (name, what, got, n, failures)
 
     tree = descendants(fleet.proc.pid)
     rc = fleet.stop()

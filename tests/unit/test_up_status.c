@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- plan ------------------------------------------------------------------------- */
 
@@ -65,8 +66,26 @@ static void test_plan_tls(void **state)
     assert_false(p.infer_tls.on);
     assert_string_equal(p.ctl_tls.ca_file, "/pki/ca.crt");
     assert_string_equal(p.mgmt_tls.cert_file, "/pki/m.crt");
+    assert_null(p.mgmt_tls.key_password);
     up_plan_release(&p);
     cfg_errors_release(&e);
+
+    /* an encrypted key: motor up's own client reads its password like the daemons */
+    char pw[] = "/tmp/motor-up-pw-XXXXXX";
+    int fd = mkstemp(pw);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "hunter2\n", 8), 8);
+    close(fd);
+    json_t *blk = cfg_lookup(cfg, "motor_deploy_config.tls_config.mgmt_tls_config");
+    json_object_set_new(blk, "passwd_file", json_string(pw));
+    cfg_errors_init(&e, "");
+    if (up_plan_build(cfg, &o, &p, &e))
+        fail_msg("%s", cfg_errors_text(&e));
+    assert_string_equal(p.mgmt_tls.key_password, "hunter2");
+    up_plan_release(&p);
+    cfg_errors_release(&e);
+    unlink(pw);
+    json_object_del(blk, "passwd_file");
 
     o.tls_dir = "/state/tls";
     cfg_errors_init(&e, "");
