@@ -225,9 +225,7 @@ static void test_foreign_load(void **state)
     /* a:1 and a:2 report 3 requests each that are not ours: b:1 is chosen every time. */
     for (int64_t e = 0; e < 2; e++) {
         struct inst_load *l = ep_of(f, 1, e)->load;
-        atomic_store(&l->eng_running_m, 2000);
-        atomic_store(&l->eng_waiting_m, 1000);
-        atomic_store(&l->eng_ours, 0);
+        atomic_store(&l->eng_foreign_m, 3000);
         atomic_store(&l->eng_until_ms, util_mono_ms() + 60000);
     }
     inst_load_acquire(ep_of(f, 2, 0)->load, 1000); /* ours: less than 3 x 512 */
