@@ -4,18 +4,15 @@
 
 #include <errno.h>
 
-/* The engine's own word on its load, from its last /metrics (engscrape.c) while fresh:
- * the requests it runs or queues beyond those this coordinator had in flight there when
- * it asked (other gateways, direct clients, requests it is still finishing), each worth
+/* The engine's own word on its load, from its /metrics (engscrape.c) while fresh: the
+ * requests it runs or queues beyond those this coordinator had in flight there when it
+ * asked (other gateways, direct clients), in two readings in a row, each worth
  * BAL_FOREIGN_TOKENS; requests this coordinator sent since are in its own count. */
 static double foreign_tokens(const struct inst_load *l, int64_t now)
 {
     if (!l || atomic_load_explicit(&l->eng_until_ms, memory_order_acquire) < now)
         return 0;
-    double eng = (double)(atomic_load_explicit(&l->eng_running_m, memory_order_relaxed) +
-                          atomic_load_explicit(&l->eng_waiting_m, memory_order_relaxed)) /
-                 1000.0;
-    double foreign = eng - (double)atomic_load_explicit(&l->eng_ours, memory_order_relaxed);
+    double foreign = (double)atomic_load_explicit(&l->eng_foreign_m, memory_order_relaxed) / 1000.0;
     return foreign > 0 ? foreign * BAL_FOREIGN_TOKENS : 0;
 }
 

@@ -43,7 +43,13 @@ static void on_metrics(const struct httpc_response *resp, void *arg)
         /* The engine counted at some moment of the round trip: legs this coordinator
          * started meanwhile must not look foreign (the larger of the two counts). */
         int now_ours = atomic_load_explicit(&l->requests, memory_order_relaxed);
-        atomic_store_explicit(&l->eng_ours, MOTOR_MAX(s->ours, now_ours), memory_order_relaxed);
+        int ours = MOTOR_MAX(s->ours, now_ours);
+        atomic_store_explicit(&l->eng_ours, ours, memory_order_relaxed);
+        long long excess = (long long)((el.running + el.waiting) * 1000) - (long long)ours * 1000;
+        excess = MOTOR_MAX(0LL, excess);
+        atomic_store_explicit(&l->eng_foreign_m, MOTOR_MIN(excess, l->eng_last_excess_m),
+                              memory_order_relaxed);
+        l->eng_last_excess_m = excess;
         atomic_store_explicit(&l->eng_until_ms, util_mono_ms() + 3 * s->period,
                               memory_order_release);
     }

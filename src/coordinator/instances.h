@@ -43,6 +43,10 @@ struct inst_load {
      * had in flight there when it asked. */
     atomic_llong eng_running_m, eng_waiting_m, eng_usage_m;
     atomic_int eng_ours;
+    /* Requests the engine had beyond those legs (x1000), the smaller of the last two
+     * readings: a skew of one round trip does not count, lasting foreign work does. */
+    atomic_llong eng_foreign_m;
+    long long eng_last_excess_m; /* the previous reading's (management thread) */
     _Atomic int64_t eng_until_ms;
     atomic_bool eng_scraping; /* a scrape is in flight (management thread) */
 };

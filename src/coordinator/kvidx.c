@@ -635,8 +635,21 @@ static void apply_event(struct kvidx *x, uint32_t slot, const struct ev *e, stru
     }
 }
 
-static int read_events(struct kvidx *x, uint32_t slot, struct msgpk_reader *r,
-                       struct kvidx_stats *st)
+/* A batch's events, decoded before the index is locked (the workers' lookups wait only
+ * for the applying, not for the msgpack). */
+struct evlist {
+    struct ev *v;
+    size_t n, cap;
+};
+
+static void evlist_release(struct evlist *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        ev_release(&l->v[i]);
+    free(l->v);
+}
+
+static int read_events(struct msgpk_reader *r, struct evlist *l)
 {
     uint32_t n;
     int rc = msgpk_read_array(r, &n);
@@ -653,11 +666,15 @@ static int read_events(struct kvidx *x, uint32_t slot, struct msgpk_reader *r,
             rc = read_event_map(r, o.v.n, &e);
         else
             rc = -EBADMSG;
-        if (rc == 0)
-            apply_event(x, slot, &e, st);
-        ev_release(&e);
-        if (rc)
+        if (rc) {
+            ev_release(&e);
             return rc;
+        }
+        if (l->n == l->cap) {
+            l->cap = l->cap ? l->cap * 2 : 8;
+            l->v = xrealloc(l->v, l->cap * sizeof(*l->v));
+        }
+        l->v[l->n++] = e;
     }
     return 0;
 }
@@ -682,50 +699,52 @@ int kvidx_apply(struct kvidx *x, int slot, const void *payload, size_t len, stru
         *dp_rank = -1;
     struct msgpk_reader r;
     msgpk_reader_init(&r, payload, len, 8, MAX_TOKENS);
-    pthread_rwlock_wrlock(&x->lock);
-    int rc = -ENOENT;
-    if (!slot_ok(x, slot))
-        goto out;
+    struct evlist l = {0};
     struct msgpk_obj o;
-    if ((rc = msgpk_read(&r, &o)))
-        goto out;
+    int rc = msgpk_read(&r, &o);
+    if (rc)
+        goto decoded;
     if (o.type == MSGPK_ARRAY) {
         /* [ts, events, data_parallel_rank?] */
-        if (o.v.n < 2) {
-            rc = -EBADMSG;
-            goto out;
-        }
         double ts;
-        if ((rc = msgpk_read_double(&r, &ts)) || (rc = read_events(x, (uint32_t)slot, &r, st)))
-            goto out;
-        if (o.v.n > 2 && (rc = read_rank(&r, dp_rank)))
-            goto out;
+        if (o.v.n < 2)
+            rc = -EBADMSG;
+        else if (!(rc = msgpk_read_double(&r, &ts)) && !(rc = read_events(&r, &l)) && o.v.n > 2)
+            rc = read_rank(&r, dp_rank);
     } else if (o.type == MSGPK_MAP) {
         bool events = false;
-        for (uint32_t i = 0; i < o.v.n; i++) {
+        for (uint32_t i = 0; i < o.v.n && !rc; i++) {
             const uint8_t *k;
             uint32_t kl;
             if ((rc = msgpk_read_str(&r, &k, &kl)))
-                goto out;
+                break;
             if (tag_is(k, kl, "events") && !events) {
                 events = true;
-                rc = read_events(x, (uint32_t)slot, &r, st);
+                rc = read_events(&r, &l);
             } else if (tag_is(k, kl, "data_parallel_rank")) {
                 rc = read_rank(&r, dp_rank);
             } else {
                 rc = msgpk_skip(&r);
             }
-            if (rc)
-                goto out;
         }
-        rc = events ? 0 : -EBADMSG;
+        if (!rc && !events)
+            rc = -EBADMSG;
     } else {
         rc = -EBADMSG;
     }
-out:
-    if (rc && rc != -ENOENT)
-        st->bad++;
+decoded:
+    pthread_rwlock_wrlock(&x->lock);
+    if (!slot_ok(x, slot)) {
+        rc = -ENOENT;
+    } else {
+        /* The events before an error are applied (each one whole). */
+        for (size_t i = 0; i < l.n; i++)
+            apply_event(x, (uint32_t)slot, &l.v[i], st);
+        if (rc)
+            st->bad++;
+    }
     pthread_rwlock_unlock(&x->lock);
+    evlist_release(&l);
     return rc;
 }
 

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "common/util.h"
 #include "coordinator/balancer.h"
 
 #include <errno.h>
@@ -143,12 +144,112 @@ static void test_round_robin_and_filter(void **state)
     inst_load_release(ep_of(f, 1, 0)->load, 1000);
 }
 
+/* Matched tokens per hostport, for the affinity tests. */
+struct matches {
+    const char *hp[4];
+    uint32_t tok[4];
+};
+
+static void fixed_match(void *ctx, const char *const *hostports, size_t m, uint32_t *tokens)
+{
+    struct matches *x = ctx;
+    for (size_t j = 0; j < m; j++) {
+        tokens[j] = 0;
+        for (int i = 0; i < 4 && x->hp[i]; i++)
+            if (!strcmp(x->hp[i], hostports[j]))
+                tokens[j] = x->tok[i];
+    }
+}
+
+static void test_affinity_unified(void **state)
+{
+    struct fixture *f = *state;
+    struct instance **v = f->s->routable[WIRE_ROLE_UNION];
+    size_t n = f->s->n_routable[WIRE_ROLE_UNION];
+    atomic_uint rr = 0;
+    struct bal_pick p;
+    struct matches m = {{"b:1"}, {800}};
+    struct bal_affinity aff = {
+        .match = fixed_match, .ctx = &m, .prompt_tokens = 1000, .req_tokens = 1100, .gate = 1.5};
+    /* b:1 saves 800 tokens of prefill: it wins while its load is below that. */
+    inst_load_acquire(ep_of(f, 2, 0)->load, 700);
+    assert_int_equal(bal_select_affinity(BAL_KV_UNIFIED, 0, v, n, NULL, NULL, &rr, &aff, &p), 0);
+    assert_string_equal(p.ep->hostport, "b:1");
+    assert_int_equal(aff.matched, 800);
+    inst_load_acquire(ep_of(f, 2, 0)->load, 250); /* 950 in flight: no longer worth it */
+    assert_int_equal(bal_select_affinity(BAL_KV_UNIFIED, 0, v, n, NULL, NULL, &rr, &aff, &p), 0);
+    assert_int_equal(p.inst->id, 1);
+    assert_int_equal(aff.matched, 0);
+    inst_load_release(ep_of(f, 2, 0)->load, 950);
+    /* Another policy: plain least tokens. */
+    assert_int_equal(bal_select_affinity(BAL_LEAST_TOKENS, 0, v, n, NULL, NULL, &rr, &aff, &p), 0);
+    assert_int_equal(aff.matched, 0);
+}
+
+static void test_affinity_load_gated(void **state)
+{
+    struct fixture *f = *state;
+    struct instance **v = f->s->routable[WIRE_ROLE_UNION];
+    size_t n = f->s->n_routable[WIRE_ROLE_UNION];
+    atomic_uint rr = 0;
+    struct bal_pick p;
+    struct matches m = {{"a:2", "b:1"}, {300, 600}};
+    struct bal_affinity aff = {
+        .match = fixed_match, .ctx = &m, .prompt_tokens = 1000, .req_tokens = 100, .gate = 1.5};
+    /* The longest prefix wins within the gate, whatever the load below it. */
+    inst_load_acquire(ep_of(f, 2, 0)->load, 200);
+    inst_load_acquire(ep_of(f, 1, 0)->load, 100);
+    assert_int_equal(bal_select_affinity(BAL_KV_LOAD_GATED, 0, v, n, NULL, NULL, &rr, &aff, &p), 0);
+    assert_string_equal(p.ep->hostport, "b:1");
+    /* b:1 beyond 1.5 x mean + the request: the next longest prefix inside. mean =
+     * (100 + 0 + 2000) / 3 = 700, bound = 1150. */
+    inst_load_acquire(ep_of(f, 2, 0)->load, 1800);
+    assert_int_equal(bal_select_affinity(BAL_KV_LOAD_GATED, 0, v, n, NULL, NULL, &rr, &aff, &p), 0);
+    assert_string_equal(p.ep->hostport, "a:2");
+    assert_int_equal(aff.matched, 300);
+    /* Nothing cached anywhere: the least loaded. */
+    m.tok[0] = m.tok[1] = 0;
+    assert_int_equal(bal_select_affinity(BAL_KV_LOAD_GATED, 0, v, n, NULL, NULL, &rr, &aff, &p), 0);
+    assert_string_equal(p.ep->hostport, "a:2");
+    inst_load_release(ep_of(f, 2, 0)->load, 2000);
+    inst_load_release(ep_of(f, 1, 0)->load, 100);
+}
+
+static void test_foreign_load(void **state)
+{
+    struct fixture *f = *state;
+    struct instance **v = f->s->routable[WIRE_ROLE_UNION];
+    size_t n = f->s->n_routable[WIRE_ROLE_UNION];
+    atomic_uint rr = 0;
+    struct bal_pick p;
+    /* a:1 and a:2 report 3 requests each that are not ours: b:1 is chosen every time. */
+    for (int64_t e = 0; e < 2; e++) {
+        struct inst_load *l = ep_of(f, 1, e)->load;
+        atomic_store(&l->eng_foreign_m, 3000);
+        atomic_store(&l->eng_until_ms, util_mono_ms() + 60000);
+    }
+    inst_load_acquire(ep_of(f, 2, 0)->load, 1000); /* ours: less than 3 x 512 */
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(bal_select(BAL_LEAST_TOKENS, 0, v, n, NULL, NULL, &rr, &p), 0);
+        assert_int_equal(p.inst->id, 2);
+    }
+    /* A stale reading counts for nothing. */
+    for (int64_t e = 0; e < 2; e++)
+        atomic_store(&ep_of(f, 1, e)->load->eng_until_ms, util_mono_ms() - 1);
+    assert_int_equal(bal_select(BAL_LEAST_TOKENS, 0, v, n, NULL, NULL, &rr, &p), 0);
+    assert_int_equal(p.inst->id, 1);
+    inst_load_release(ep_of(f, 2, 0)->load, 1000);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_least_tokens, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ties_rotate, setup, teardown),
         cmocka_unit_test_setup_teardown(test_round_robin_and_filter, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_affinity_unified, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_affinity_load_gated, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_foreign_load, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
