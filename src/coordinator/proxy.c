@@ -202,7 +202,87 @@ struct preq {
     enum wire_role ans_role; /* the role of the instance whose answer the client got */
     bool picked;             /* an endpoint was picked (queue time observed) */
     char last_ch;            /* the last streamed byte (an event boundary across chunks) */
+
+    /* W3C trace context from the client, passed on to every leg unchanged (the
+     * coordinator is not a participant: it exports no spans). [0] == 0: none. */
+    char traceparent[56];
+    char *tracestate; /* NULL: none; capped at PROXY_TRACESTATE_MAX */
 };
+
+#define PROXY_TRACESTATE_MAX 512
+
+/* A client's X-Request-Id is kept when it is 1..63 characters of [A-Za-z0-9._~:/+=@-]
+ * (no spaces, quotes or controls: it goes into logs, headers and PD bodies); a longer
+ * one is cut to 63. Anything else gets a fresh id. */
+static size_t client_rid(const char *h, char *out, size_t cap)
+{
+    if (!h || !*h)
+        return 0;
+    size_t n = 0;
+    for (; h[n] && n < cap - 1; n++) {
+        unsigned char ch = (unsigned char)h[n];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              strchr("._~:/+=@-", ch)))
+            return 0;
+    }
+    memcpy(out, h, n);
+    out[n] = '\0';
+    return n;
+}
+
+static bool is_lower_hex(const char *s, size_t n, bool *all_zero)
+{
+    *all_zero = true;
+    for (size_t i = 0; i < n; i++) {
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return false;
+        if (s[i] != '0')
+            *all_zero = false;
+    }
+    return true;
+}
+
+/* traceparent (W3C Trace Context level 1): "00-<32 hex trace id>-<16 hex parent id>-<2 hex
+ * flags>", neither id all zeros; a higher version is read by the same prefix. */
+static bool traceparent_ok(const char *h)
+{
+    size_t n = h ? strlen(h) : 0;
+    bool z;
+    if (n < 55 || !is_lower_hex(h, 2, &z) || (h[0] == 'f' && h[1] == 'f'))
+        return false;
+    bool v00 = h[0] == '0' && h[1] == '0';
+    if ((v00 && n != 55) || (!v00 && n > 55 && h[55] != '-'))
+        return false;
+    if (h[2] != '-' || h[35] != '-' || h[52] != '-')
+        return false;
+    return is_lower_hex(h + 3, 32, &z) && !z && is_lower_hex(h + 36, 16, &z) && !z &&
+           is_lower_hex(h + 53, 2, &z);
+}
+
+static void trace_context(struct preq *pr, struct httpd_req *req)
+{
+    const char *tp = httpd_req_header(req, "traceparent");
+    if (!traceparent_ok(tp))
+        return; /* an invalid traceparent is dropped, and tracestate with it (spec) */
+    memcpy(pr->traceparent, tp, 55);
+    pr->traceparent[55] = '\0';
+    const char *ts = httpd_req_header(req, "tracestate");
+    if (!ts || !*ts)
+        return;
+    size_t n = strlen(ts);
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)ts[i] < 0x20 || (unsigned char)ts[i] > 0x7e)
+            return;
+    if (n > PROXY_TRACESTATE_MAX) {
+        /* Cut at a list member boundary (the spec's rule for propagators that must). */
+        n = PROXY_TRACESTATE_MAX;
+        while (n > 0 && ts[n] != ',')
+            n--;
+        if (n == 0)
+            return;
+    }
+    pr->tracestate = xstrndup(ts, n);
+}
 
 static void attempt(struct preq *pr);
 
@@ -1406,8 +1486,18 @@ static void leg_start(struct preq *pr, struct leg *leg, const char *body, size_t
     memcpy(rid_hdr, "X-Request-Id: ", 14);
     memcpy(rid_hdr + 14, rid, rl);
     rid_hdr[14 + rl] = '\0';
-    const char *hdrs[] = {rid_hdr,
-                          stream ? "Accept: text/event-stream" : "Accept: application/json", NULL};
+    char tp_hdr[72];
+    const char *hdrs[5] = {rid_hdr,
+                           stream ? "Accept: text/event-stream" : "Accept: application/json"};
+    char *ts_hdr = NULL;
+    if (pr->traceparent[0]) {
+        snprintf(tp_hdr, sizeof(tp_hdr), "traceparent: %s", pr->traceparent);
+        hdrs[2] = tp_hdr;
+        if (pr->tracestate) {
+            ts_hdr = xasprintf("tracestate: %s", pr->tracestate);
+            hdrs[3] = ts_hdr;
+        }
+    }
     int64_t left = pr->deadline_ms - now_ms(pr);
     struct httpc_opts o = {
         .method = "POST",
@@ -1426,6 +1516,7 @@ static void leg_start(struct preq *pr, struct leg *leg, const char *body, size_t
     log_debug("upstream_leg", LF_STR("request_id", pr->rid), LF_STR("url", url),
               LF_INT("instance_id", leg->inst->id), LF_BOOL("stream", stream));
     leg->h = httpc_request(pr->w->httpc, &o, leg_on_done, leg);
+    free(ts_hdr);
 }
 /* ---- routing ----------------------------------------------------------------------- */
 
@@ -2010,6 +2101,7 @@ static void on_close(struct httpd_req *req, void *arg)
         free(pr->cond_hp[i]);
     free(pr->cond_hp);
     free(pr->cond_tok);
+    free(pr->tracestate);
     free(pr);
     worker_maybe_stop(w);
 }
@@ -2410,7 +2502,9 @@ static void handle_infer(struct httpd_req *req, struct coord_worker *w, enum api
     pr->pin_p = pr->pin_d = -1;
     pr->probe =
         prec_probe_pin(c, httpd_req_header(req, "X-Motor-Precision-Probe"), &pr->pin_p, &pr->pin_d);
-    make_rid(w, pr->rid);
+    if (!client_rid(httpd_req_header(req, "X-Request-Id"), pr->rid, sizeof(pr->rid)))
+        make_rid(w, pr->rid);
+    trace_context(pr, req);
     list_insert_tail(&w->live, &pr->link);
     w->n_live++;
     metrics_gauge_inc(c->m.inflight);
