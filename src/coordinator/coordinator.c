@@ -6,6 +6,7 @@
 
 #include "coordinator/coordinator.h"
 #include "common/cliopt.h"
+#include "common/http1.h"
 #include "common/log.h"
 #include "common/strbuf.h"
 #include "common/util.h"
@@ -400,11 +401,11 @@ bool coord_refuse_standby(struct coord *c, struct httpd_req *req, const char *ap
     coord_count_request(c, api, 503);
     httpd_add_header(req, "Retry-After", "1");
     httpd_add_header(req, "Connection", "close"); /* a kept-alive client reconnects */
-    json_t *j =
-        json_pack("{s:{s:s, s:s, s:n, s:i, s:s}}", "error", "message",
-                  "this coordinator is a standby (NOT_MASTER): send inference to the "
-                  "master (the one whose /readiness answers 200)",
-                  "type", "ServiceUnavailable", "param", "code", 503, "reason", "NOT_MASTER");
+    json_t *j = json_pack("{s:{s:s, s:s, s:n, s:i, s:s}}", "error", "message",
+                          "this coordinator is a standby (NOT_MASTER): send inference to the "
+                          "master (the one whose /readiness answers 200)",
+                          "type", http1_openai_error_type(503), "param", "code", 503, "reason",
+                          "NOT_MASTER");
     httpd_respond_json(req, 503, j);
     return false;
 }

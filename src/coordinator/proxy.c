@@ -30,6 +30,7 @@
 #include "coordinator/kvidx.h"
 #include "coordinator/tokreq.h"
 
+#include "common/http1.h"
 #include "common/log.h"
 #include "common/strbuf.h"
 #include "common/util.h"
@@ -348,11 +349,13 @@ struct csettings *proxy_settings(struct coord_worker *w)
     return w->set;
 }
 
+/* type: vLLM's name for the status (http1_openai_error_type) unless the caller has a
+ * more precise one of vLLM's. */
 static void respond_openai_error(struct httpd_req *req, int status, const char *type,
                                  const char *msg)
 {
-    json_t *j = json_pack("{s:{s:s, s:s, s:n, s:i}}", "error", "message", msg, "type", type,
-                          "param", "code", status);
+    json_t *j = json_pack("{s:{s:s, s:s, s:n, s:i}}", "error", "message", msg, "type",
+                          type ? type : http1_openai_error_type(status), "param", "code", status);
     httpd_respond_json(req, status, j);
 }
 
@@ -382,7 +385,7 @@ static bool check_auth(struct coord *c, const struct csettings *set, struct http
     coord_count_error(c, CAUSE_UNAUTHORIZED);
     coord_count_request(c, api, 401);
     httpd_add_header(req, "WWW-Authenticate", "Bearer");
-    respond_openai_error(req, 401, "invalid_request_error",
+    respond_openai_error(req, 401, NULL,
                          "Invalid or missing API key (Authorization: Bearer <key>)");
     return false;
 }
@@ -622,9 +625,9 @@ static void preq_end(struct preq *pr, enum reqfsm_event ev, int cause, const str
             strbuf_init(&sb, 4096);
             strbuf_puts(&sb, "data: {\"error\":{\"message\":");
             strbuf_put_json_string(&sb, msg);
-            strbuf_appendf(&sb, ",\"type\":\"%s\",\"code\":%d}}\n\n",
-                           cause == CAUSE_INFER_TIMEOUT ? "timeout" : "upstream_error",
-                           cause == CAUSE_INFER_TIMEOUT ? 504 : 502);
+            int code = cause == CAUSE_INFER_TIMEOUT ? 504 : 502;
+            strbuf_appendf(&sb, ",\"type\":\"%s\",\"code\":%d}}\n\n", http1_openai_error_type(code),
+                           code);
             httpd_stream_write(req, strbuf_str(&sb), sb.len);
             strbuf_release(&sb);
         } else if (sse_in_use(pr, (enum reqfsm_state)from)) {
@@ -746,7 +749,7 @@ static void give_up(struct preq *pr)
     }
     int status = pr->fail_cause == CAUSE_FIRST_TOKEN_TIMEOUT ? 504 : 502;
     preq_end(pr, REQ_EV_GIVE_UP, pr->fail_cause,
-             &(struct answer){.status = status, .type = "upstream_error", .msg = pr->fail_msg});
+             &(struct answer){.status = status, .msg = pr->fail_msg});
 }
 
 /* The attempt failed before anything reached the client. */
@@ -1284,7 +1287,6 @@ static void main_done(struct preq *pr, struct leg *leg, const struct httpc_respo
     if (leg->too_large) {
         preq_end(pr, REQ_EV_FAIL, CAUSE_UPSTREAM_PROTOCOL,
                  &(struct answer){.status = 502,
-                                  .type = "upstream_error",
                                   .msg = "upstream response exceeds the coordinator's limit"});
         return;
     }
@@ -1850,8 +1852,7 @@ static void attempt(struct preq *pr)
         char msg[320];
         describe_fleet(pr, msg, sizeof(msg));
         log_warn("no_instance", LF_STR("request_id", pr->rid), LF_STR("reason", msg));
-        preq_end(pr, REQ_EV_REJECT, CAUSE_NO_INSTANCE,
-                 &(struct answer){.status = 503, .type = "ServiceUnavailable", .msg = msg});
+        preq_end(pr, REQ_EV_REJECT, CAUSE_NO_INSTANCE, &(struct answer){.status = 503, .msg = msg});
         return;
     }
     struct leg *p = &pr->legs[LEG_PREFILL], *d = &pr->legs[LEG_MAIN];
@@ -1977,7 +1978,6 @@ static void on_first_timeout(struct preq *pr)
     preq_end(pr, REQ_EV_FIRST_TIMEOUT, CAUSE_FIRST_TOKEN_TIMEOUT,
              &(struct answer){
                  .status = 504,
-                 .type = "timeout",
                  .msg = "no first token from the inference engine within first_token_timeout"});
 }
 
@@ -1996,8 +1996,7 @@ static void on_total_timeout(struct preq *pr)
     }
     legs_timed_out(pr);
     preq_end(pr, REQ_EV_TOTAL_TIMEOUT, CAUSE_INFER_TIMEOUT,
-             &(struct answer){
-                 .status = 504, .type = "timeout", .msg = "request exceeded infer_timeout"});
+             &(struct answer){.status = 504, .msg = "request exceeded infer_timeout"});
 }
 
 /* STREAMING, and nothing from the engine for inter_token_timeout: a hung engine holds
@@ -2426,7 +2425,7 @@ static void handle_infer(struct httpd_req *req, struct coord_worker *w, enum api
     if (w->draining || atomic_load_explicit(&c->stopping, memory_order_relaxed)) {
         coord_count_error(c, CAUSE_SHUTDOWN);
         coord_count_request(c, api_names[api], 503);
-        respond_openai_error(req, 503, "ServiceUnavailable", "coordinator is shutting down");
+        respond_openai_error(req, 503, NULL, "coordinator is shutting down");
         return;
     }
     char err[256];

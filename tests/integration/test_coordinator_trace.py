@@ -114,3 +114,25 @@ def test_request_id_through_pd_legs(procs, tmpdir_path):
     assert r.headers["x-request-id"] == "pd-req-7"
     # the simulator names its completion after the request id it got
     assert r.json()["id"] == "cmpl-pd-req-7", r.json()
+
+
+def test_error_types_match_the_engines(procs, tmpdir_path):
+    """The coordinator's error `type` values are vLLM's, as the simulator's are."""
+    s = start_sim(procs, "--model", "m", *FAST)
+    c = start_coordinator(procs, tmpdir_path, workers=1)
+    # no instance yet: 503
+    r = post(c)
+    assert r.status == 503 and r.json()["error"]["type"] == "ServiceUnavailableError", r
+    c.set_instances([ext_instance(1, "union", s)])
+    body = {"model": "nope", "prompt": "x", "max_tokens": 1}
+    mine = mhttp("POST", c.url + "/v1/completions", body=body, timeout=10)
+    theirs = mhttp("POST", s.url + "/v1/completions", body=body, timeout=10)
+    assert mine.status == theirs.status == 404
+    assert mine.json()["error"]["type"] == theirs.json()["error"]["type"] == "NotFoundError"
+    bad = b'{"model": "m", "prompt": '
+    mine = mhttp("POST", c.url + "/v1/completions", raw=bad, timeout=10,
+                 headers={"Content-Type": "application/json"})
+    theirs = mhttp("POST", s.url + "/v1/completions", raw=bad, timeout=10,
+                   headers={"Content-Type": "application/json"})
+    assert mine.status == theirs.status == 400
+    assert mine.json()["error"]["type"] == theirs.json()["error"]["type"] == "BadRequestError"
