@@ -616,7 +616,7 @@ static void worker_beat(void *arg)
  * that close after the last request free their buffers later), so after every burst the
  * coordinator is back at its floor within 2 s and an idle one does not trim again. */
 #define COORD_TRIM_BUSY_KIB (4 * 1024)
-#define COORD_TRIM_IDLE_KIB 512
+#define COORD_TRIM_IDLE_KIB 256
 
 /* Give back what a burst left behind (docs/operations.md, "Memory"): every worker
  * thread allocates from its own glibc arena, and the connections of a burst free their
