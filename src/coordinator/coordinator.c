@@ -763,6 +763,12 @@ int coordinator_main(int argc, char **argv)
     }
     c->start_wall_ms = util_wall_ms();
     make_boot_id(c);
+    const char *why = NULL;
+    if (otlp_cfg_from_env(&c->otlp, &why) < 0)
+        log_warn("tracing_disabled", LF_STR("why", why));
+    else if (c->otlp.url)
+        log_info("tracing_enabled", LF_STR("collector", c->otlp.url),
+                 LF_DBL("sample_ratio", c->otlp.ratio), LF_STR("service", c->otlp.service));
     /* Without master/standby this coordinator always serves; with it, once it leads. */
     atomic_init(&c->serve_until, c->cfg.ha_enable ? 0 : INT64_MAX);
     coord_publish_settings(c);
@@ -866,6 +872,7 @@ out:
     prec_release(c);
     metrics_registry_free(c->m.reg);
     ccfg_release(&c->cfg);
+    otlp_cfg_release(&c->otlp);
     free(c->cli.config);
     free(c->cli.host);
     free(c);

@@ -109,6 +109,7 @@ struct leg {
     /* Facts about the body read so far. */
     bool truncated; /* we stopped reading an over-long error body on purpose */
     bool too_large; /* a success body over the cap */
+    int span;       /* its span in pr->tr */
     long status;
     char *ctype;
     struct strbuf body;
@@ -207,7 +208,9 @@ struct preq {
     /* W3C trace context from the client, passed on to every leg unchanged (the
      * coordinator is not a participant: it exports no spans). [0] == 0: none. */
     char traceparent[56];
-    char *tracestate; /* NULL: none; capped at PROXY_TRACESTATE_MAX */
+    char *tracestate;    /* NULL: none; capped at PROXY_TRACESTATE_MAX */
+    struct otlp_req *tr; /* sampled for span export (otlp.h); NULL: not traced */
+    int tr_route;        /* the routing span */
 };
 
 #define PROXY_TRACESTATE_MAX 512
@@ -586,6 +589,11 @@ static void record_end(struct preq *pr, int status)
     metrics_histogram_observe(pr->c->m.e2e, (double)(util_mono_us() - pr->start_us) / 1e6);
     if (status == 200 && pr->first_us)
         gwm_end(pr);
+    if (pr->tr) {
+        otlp_finish(pr->tr, &pr->c->otlp, pr->w->httpc, util_mono_us(), status, pr->rid,
+                    api_names[pr->api], pr->model, pr->retries, pr->reschedules);
+        pr->tr = NULL;
+    }
 }
 
 #define NO_CAUSE (-1)
@@ -1449,6 +1457,9 @@ static void leg_on_done(const struct httpc_response *resp, void *arg)
     struct leg *leg = arg;
     struct preq *pr = leg->pr;
     leg->h = NULL;
+    if (pr->tr)
+        otlp_span_close(pr->tr, leg->span, util_mono_us(), (int)leg->status,
+                        resp->error != 0 || leg->status >= 500);
     if (leg->which == LEG_PREFILL && !resp->error && leg->status >= 200 && leg->status < 300)
         pr->handoff_us = util_mono_us();
     if (leg->which == LEG_PREFILL)
@@ -1469,6 +1480,24 @@ static void leg_start(struct preq *pr, struct leg *leg, const char *body, size_t
         leg->tokens = MOTOR_MAX((int64_t)1, leg->tokens - (int64_t)pr->matched);
     inst_load_acquire(leg->ep->load, leg->tokens);
     leg->load_held = true;
+    if (pr->tr) {
+        int64_t now = util_mono_us();
+        if (!pr->picked)
+            otlp_span_close(pr->tr, pr->tr_route, now, 0, false);
+        enum wire_role role = leg->inst->role;
+        static const char *const leg_names[] = {[WIRE_ROLE_UNION] = "leg union",
+                                                [WIRE_ROLE_PREFILL] = "leg prefill",
+                                                [WIRE_ROLE_DECODE] = "leg decode"};
+        leg->span = otlp_span_open(
+            pr->tr, (unsigned)role < WIRE_ROLE_COUNT && leg_names[role] ? leg_names[role] : "leg",
+            3, now, &pr->w->rng);
+        if (leg->span >= 0) {
+            struct otlp_span *sp = &pr->tr->spans[leg->span];
+            sp->instance_id = leg->inst->id;
+            snprintf(sp->endpoint, sizeof(sp->endpoint), "%s", leg->ep->hostport);
+            snprintf(sp->role, sizeof(sp->role), "%s", wire_role_str(role));
+        }
+    }
     if (!pr->picked) {
         pr->picked = true;
         const struct gwm *g = gwm_get(pr->w, pr->model, leg->inst->role);
@@ -1492,7 +1521,17 @@ static void leg_start(struct preq *pr, struct leg *leg, const char *body, size_t
     const char *hdrs[5] = {rid_hdr,
                            stream ? "Accept: text/event-stream" : "Accept: application/json"};
     char *ts_hdr = NULL;
-    if (pr->traceparent[0]) {
+    if (pr->tr && leg->span >= 0) {
+        /* a participant: the engine's spans are children of this leg's */
+        char tp[56];
+        otlp_traceparent(pr->tr, leg->span, tp);
+        snprintf(tp_hdr, sizeof(tp_hdr), "traceparent: %s", tp);
+        hdrs[2] = tp_hdr;
+        if (pr->tracestate) {
+            ts_hdr = xasprintf("tracestate: %s", pr->tracestate);
+            hdrs[3] = ts_hdr;
+        }
+    } else if (pr->traceparent[0]) {
         snprintf(tp_hdr, sizeof(tp_hdr), "traceparent: %s", pr->traceparent);
         hdrs[2] = tp_hdr;
         if (pr->tracestate) {
@@ -2101,6 +2140,7 @@ static void on_close(struct httpd_req *req, void *arg)
     free(pr->cond_hp);
     free(pr->cond_tok);
     free(pr->tracestate);
+    free(pr->tr); /* never answered (record_end exports and clears it) */
     free(pr);
     worker_maybe_stop(w);
 }
@@ -2504,6 +2544,9 @@ static void handle_infer(struct httpd_req *req, struct coord_worker *w, enum api
     if (!client_rid(httpd_req_header(req, "X-Request-Id"), pr->rid, sizeof(pr->rid)))
         make_rid(w, pr->rid);
     trace_context(pr, req);
+    pr->tr =
+        otlp_begin(&c->otlp, pr->traceparent[0] ? pr->traceparent : NULL, &w->rng, pr->start_us);
+    pr->tr_route = otlp_span_open(pr->tr, "route", 1, pr->start_us, &w->rng);
     list_insert_tail(&w->live, &pr->link);
     w->n_live++;
     metrics_gauge_inc(c->m.inflight);

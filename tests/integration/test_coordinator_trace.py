@@ -136,3 +136,125 @@ def test_error_types_match_the_engines(procs, tmpdir_path):
                    headers={"Content-Type": "application/json"})
     assert mine.status == theirs.status == 400
     assert mine.json()["error"]["type"] == theirs.json()["error"]["type"] == "BadRequestError"
+
+
+class Collector:
+    """A tiny OTLP/HTTP JSON collector: keeps every span POSTed to /v1/traces."""
+
+    def __init__(self):
+        self.spans: list[dict] = []
+        self.resources: list[dict] = []
+        col = self
+
+        class H(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self):  # noqa: N802
+                n = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(n))
+                assert self.path == "/v1/traces"
+                for rs in body["resourceSpans"]:
+                    col.resources.append(rs["resource"])
+                    for ss in rs["scopeSpans"]:
+                        col.spans += ss["spans"]
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def log_message(self, *a):
+                pass
+
+        self.port = motorlib.free_port()
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), H)
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+def attrs(span: dict) -> dict:
+    out = {}
+    for a in span.get("attributes", []):
+        v = a["value"]
+        out[a["key"]] = v.get("stringValue", v.get("intValue"))
+    return out
+
+
+def test_spans_exported_to_a_collector(procs, tmpdir_path):
+    col = Collector()
+    rec = Recorder()
+    try:
+        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{col.port}",
+               "OTEL_SERVICE_NAME": "gw-test"}
+        c = start_coordinator(procs, tmpdir_path, workers=1, env=env)
+        c.wait_event("tracing_enabled", timeout=5)
+        p = start_sim(procs, "--model", "m", *FAST, name="prefill")
+        d = start_sim(procs, "--model", "m", *FAST, name="decode")
+        # union, with the client's trace: the request span is the child of the client's
+        c.set_instances([ext_instance(1, "union", rec)])
+        r = post(c, {"traceparent": TP, "X-Request-Id": "traced-1"})
+        assert r.status == 200, r
+        motorlib.wait_for(lambda: len(col.spans) >= 3, timeout=10)
+        by = {s["name"]: s for s in col.spans}
+        root, route, leg = by["request"], by["route"], by["leg union"]
+        trace = TP[3:35]
+        assert {s["traceId"] for s in col.spans} == {trace}
+        assert root["parentSpanId"] == TP[36:52] and root["kind"] == 2
+        assert route["parentSpanId"] == leg["parentSpanId"] == root["spanId"]
+        assert leg["kind"] == 3
+        assert attrs(root)["motor.request_id"] == "traced-1"
+        assert attrs(root)["http.response.status_code"] == "200"
+        assert attrs(leg)["motor.instance_id"] == "1"
+        assert attrs(leg)["server.address"] == f"127.0.0.1:{rec.port}"
+        assert int(root["startTimeUnixNano"]) <= int(leg["startTimeUnixNano"]) <= \
+            int(leg["endTimeUnixNano"]) <= int(root["endTimeUnixNano"])
+        # the engine got the leg's span as its parent, same trace
+        assert rec.headers[-1]["traceparent"] == f"00-{trace}-{leg['spanId']}-01"
+        assert col.resources[0]["attributes"][0]["value"]["stringValue"] == "gw-test"
+
+        # PD without a client trace: a new trace, prefill and decode legs under the request
+        col.spans.clear()
+        c.set_instances([ext_instance(2, "prefill", p), ext_instance(3, "decode", d)],
+                        dispatch_capabilities=["prefill_handoff_decode"])
+        assert post(c).status == 200
+        motorlib.wait_for(lambda: len(col.spans) >= 4, timeout=10)
+        by = {s["name"]: s for s in col.spans}
+        root = by["request"]
+        assert "parentSpanId" not in root
+        assert by["leg prefill"]["parentSpanId"] == root["spanId"]
+        assert by["leg decode"]["parentSpanId"] == root["spanId"]
+        assert int(by["leg prefill"]["endTimeUnixNano"]) <= \
+            int(by["leg decode"]["startTimeUnixNano"])
+
+        # a client trace not sampled (flags 00): nothing exported, its context passed on
+        col.spans.clear()
+        c.set_instances([ext_instance(1, "union", rec)])
+        unsampled = TP[:-2] + "00"
+        assert post(c, {"traceparent": unsampled}).status == 200
+        assert rec.headers[-1]["traceparent"] == unsampled
+    finally:
+        col.close()
+        rec.close()
+    assert not col.spans
+
+
+def test_tracing_sampling_ratio_zero_exports_nothing(procs, tmpdir_path):
+    col = Collector()
+    rec = Recorder()
+    try:
+        env = {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"http://127.0.0.1:{col.port}/v1/traces",
+               "OTEL_TRACES_SAMPLER_ARG": "0"}
+        c = start_coordinator(procs, tmpdir_path, workers=1, env=env)
+        c.set_instances([ext_instance(1, "union", rec)])
+        for _ in range(5):
+            assert post(c).status == 200
+        # a sampled client trace is still followed
+        assert post(c, {"traceparent": TP}).status == 200
+        motorlib.wait_for(lambda: len(col.spans) >= 3, timeout=10)
+        assert {s["traceId"] for s in col.spans} == {TP[3:35]}
+    finally:
+        col.close()
+        rec.close()
