@@ -610,8 +610,8 @@ static void worker_beat(void *arg)
 
 /* When the coordinator gives freed heap back (mem_release). Busy: only when the memory
  * held but unused exceeds both this and what is in use (a burst that ended while others
- * run; below that a trim is not worth its walk of the arenas — a stream holds ~15 KiB,
- * so 4 MiB is ~250 streams' worth). Idle (no request in flight): when the memory held
+ * run; below that a trim is not worth its walk of the arenas — a stream holds ~15-22 KiB,
+ * so 4 MiB is ~200 streams' worth). Idle (no request in flight): when the memory held
  * but unused grew by more than COORD_TRIM_IDLE_KIB since the last trim (connections
  * that close after the last request free their buffers later), so after every burst the
  * coordinator is back at its floor within 2 s and an idle one does not trim again. */
