@@ -147,8 +147,10 @@ def main() -> int:
         c, cport = start_coordinator(sess, a.motor, eport, "coordinator-soak")
         C.log(f"coord memory: soak, {rounds} rounds of {n} streams + {n} aborted")
         fresh = streamload.rss_kib(c.pid)
-        for r in streamload.soak(cport, c.pid, n, rounds, metrics_url=f"http://127.0.0.1:{cport}"
-                                 "/metrics", max_tokens=MAX_TOKENS):
+        for r in streamload.soak(cport, c.pid, n, rounds,
+                                 metrics_url=f"http://127.0.0.1:{cport}/metrics",
+                                 max_tokens=MAX_TOKENS, settle=1.5,
+                                 trim_metric="motor_coordinator_memory_trims_total"):
             soaks.append({k: r[k] for k in ("round", "peak_kib", "rss_kib")})
             C.log(f"  {soaks[-1]}")
     finally:
@@ -160,7 +162,8 @@ def main() -> int:
              f"sum of VmRSS over master + workers."
              + (f" nginx not run: {why}." if why else ""),
              f"Soak (extra.soak): {rounds} rounds of {n} completed + {n} aborted streams, "
-             f"coordinator RSS after each round (fresh {fresh} KiB)."]
+             f"coordinator RSS after each round once its idle trim ran (+1.5 s; fresh "
+             f"{fresh} KiB)."]
     after = plugin.row("coord.memory_after_burst", GROUP,
                        f"{n} concurrent streaming chats, 3 s after they ended",
                        "RSS still held", "KiB", [v["after_kib"] for v in motor_v],

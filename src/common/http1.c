@@ -728,3 +728,43 @@ int http1_url_decode(char *dst, const char *src, size_t len, bool plus_space)
     dst[o] = '\0';
     return (int)o;
 }
+
+const char *http1_openai_error_type(int status)
+{
+    switch (status) {
+    case 400:
+        return "BadRequestError";
+    case 401:
+        return "UnauthorizedError";
+    case 403:
+        return "PermissionDeniedError";
+    case 404:
+        return "NotFoundError";
+    case 405:
+        return "MethodNotAllowedError";
+    case 408:
+        return "RequestTimeoutError";
+    case 409:
+        return "ConflictError";
+    case 413:
+        return "RequestEntityTooLargeError";
+    case 414:
+        return "URITooLongError";
+    case 429:
+        return "TooManyRequestsError";
+    case 431:
+        return "RequestHeaderFieldsTooLargeError";
+    case 501:
+        return "NotImplementedError";
+    case 502:
+        return "BadGatewayError";
+    case 503:
+        return "ServiceUnavailableError";
+    case 504:
+        return "GatewayTimeoutError";
+    case 505:
+        return "HTTPVersionNotSupportedError";
+    default:
+        return status >= 500 ? "InternalServerError" : "BadRequestError";
+    }
+}

@@ -171,4 +171,9 @@ int http1_url_parse(const char *url, struct http1_url *u, const char **why);
  * Returns the decoded length, or -EBADMSG when the result would contain a NUL byte. */
 int http1_url_decode(char *dst, const char *src, size_t len, bool plus_space);
 
+/* The OpenAI error `type` for an HTTP status, as vLLM's server names it
+ * (BadRequestError, NotFoundError, ServiceUnavailableError, GatewayTimeoutError, ...):
+ * the coordinator and the engine simulator answer with the same values. */
+const char *http1_openai_error_type(int status);
+
 #endif

@@ -796,30 +796,14 @@ void httpd_respond_json(struct httpd_req *req, int status, json_t *body)
     respond_take(req, status, "application/json", s, strlen(s));
 }
 
-/* vLLM's error type names (create_error_response), by status. */
+/* vLLM's error type names (create_error_response), by status: one table for the server's
+ * own answers, the coordinator's and the simulator's. */
 static const char *openai_error_type(int status)
 {
-    switch (status) {
-    case 400: return "BadRequestError";
-    case 401: return "UnauthorizedError";
-    case 403: return "PermissionDeniedError";
-    case 404: return "NotFoundError";
-    case 405: return "MethodNotAllowedError";
-    case 408: return "RequestTimeoutError";
-    case 413: return "RequestEntityTooLargeError";
-    case 414: return "URITooLongError";
-    case 429: return "TooManyRequestsError";
-    case 431: return "RequestHeaderFieldsTooLargeError";
-    case 501: return "NotImplementedError";
-    case 503: return "ServiceUnavailableError";
-    case 504: return "GatewayTimeoutError";
-    case 505: return "HTTPVersionNotSupportedError";
-    default: return status >= 500 ? "InternalServerError" : "BadRequestError";
-    }
+    return http1_openai_error_type(status);
 }
 
-int httpd_error_json(const struct httpd *h, int status, const char *detail, char *buf,
-                     size_t cap)
+int httpd_error_json(const struct httpd *h, int status, const char *detail, char *buf, size_t cap)
 {
     int n = h->openai_errors
                 ? snprintf(buf, cap,

@@ -10,6 +10,7 @@
 #ifndef MOTOR_COORD_INTERNAL_H
 #define MOTOR_COORD_INTERNAL_H
 
+#include "coordinator/otlp.h"
 #include "common/cfgwatch.h"
 #include "common/list.h"
 #include "common/httpc.h"
@@ -127,6 +128,7 @@ struct coord_worker {
     struct reactor_timer drain_timer;
     struct gwm_cache gwm[GWM_MAX_MODELS + 1]; /* + "other" */
     int n_gwm;
+    uint64_t rng; /* span and trace ids (otlp.c), seeded on first use */
 };
 
 /* The series of model (NULL: "unknown") and role for this worker. */
@@ -148,7 +150,8 @@ struct coord_cli {
 };
 
 struct coord {
-    struct ccfg cfg; /* management thread only: workers read `settings` */
+    struct otlp_cfg otlp; /* span export (otlp.h), read from the environment at start */
+    struct ccfg cfg;      /* management thread only: workers read `settings` */
     struct coord_cli cli;
     struct csettings_pub settings; /* published for the workers (coord_settings.h) */
     uint64_t settings_version;

@@ -6,6 +6,7 @@
 
 #include "coordinator/coordinator.h"
 #include "common/cliopt.h"
+#include "common/http1.h"
 #include "common/log.h"
 #include "common/strbuf.h"
 #include "common/util.h"
@@ -400,11 +401,11 @@ bool coord_refuse_standby(struct coord *c, struct httpd_req *req, const char *ap
     coord_count_request(c, api, 503);
     httpd_add_header(req, "Retry-After", "1");
     httpd_add_header(req, "Connection", "close"); /* a kept-alive client reconnects */
-    json_t *j =
-        json_pack("{s:{s:s, s:s, s:n, s:i, s:s}}", "error", "message",
-                  "this coordinator is a standby (NOT_MASTER): send inference to the "
-                  "master (the one whose /readiness answers 200)",
-                  "type", "ServiceUnavailable", "param", "code", 503, "reason", "NOT_MASTER");
+    json_t *j = json_pack("{s:{s:s, s:s, s:n, s:i, s:s}}", "error", "message",
+                          "this coordinator is a standby (NOT_MASTER): send inference to the "
+                          "master (the one whose /readiness answers 200)",
+                          "type", http1_openai_error_type(503), "param", "code", 503, "reason",
+                          "NOT_MASTER");
     httpd_respond_json(req, 503, j);
     return false;
 }
@@ -609,13 +610,13 @@ static void worker_beat(void *arg)
 
 /* When the coordinator gives freed heap back (mem_release). Busy: only when the memory
  * held but unused exceeds both this and what is in use (a burst that ended while others
- * run; below that a trim is not worth its walk of the arenas — a stream holds ~15 KiB,
- * so 4 MiB is ~250 streams' worth). Idle (no request in flight): when the memory held
+ * run; below that a trim is not worth its walk of the arenas — a stream holds ~15-22 KiB,
+ * so 4 MiB is ~200 streams' worth). Idle (no request in flight): when the memory held
  * but unused grew by more than COORD_TRIM_IDLE_KIB since the last trim (connections
  * that close after the last request free their buffers later), so after every burst the
  * coordinator is back at its floor within 2 s and an idle one does not trim again. */
 #define COORD_TRIM_BUSY_KIB (4 * 1024)
-#define COORD_TRIM_IDLE_KIB 512
+#define COORD_TRIM_IDLE_KIB 256
 
 /* Give back what a burst left behind (docs/operations.md, "Memory"): every worker
  * thread allocates from its own glibc arena, and the connections of a burst free their
@@ -762,6 +763,12 @@ int coordinator_main(int argc, char **argv)
     }
     c->start_wall_ms = util_wall_ms();
     make_boot_id(c);
+    const char *why = NULL;
+    if (otlp_cfg_from_env(&c->otlp, &why) < 0)
+        log_warn("tracing_disabled", LF_STR("why", why));
+    else if (c->otlp.url)
+        log_info("tracing_enabled", LF_STR("collector", c->otlp.url),
+                 LF_DBL("sample_ratio", c->otlp.ratio), LF_STR("service", c->otlp.service));
     /* Without master/standby this coordinator always serves; with it, once it leads. */
     atomic_init(&c->serve_until, c->cfg.ha_enable ? 0 : INT64_MAX);
     coord_publish_settings(c);
@@ -865,6 +872,7 @@ out:
     prec_release(c);
     metrics_registry_free(c->m.reg);
     ccfg_release(&c->cfg);
+    otlp_cfg_release(&c->otlp);
     free(c->cli.config);
     free(c->cli.host);
     free(c);

@@ -30,6 +30,7 @@
 #include "coordinator/kvidx.h"
 #include "coordinator/tokreq.h"
 
+#include "common/http1.h"
 #include "common/log.h"
 #include "common/strbuf.h"
 #include "common/util.h"
@@ -108,6 +109,7 @@ struct leg {
     /* Facts about the body read so far. */
     bool truncated; /* we stopped reading an over-long error body on purpose */
     bool too_large; /* a success body over the cap */
+    int span;       /* its span in pr->tr */
     long status;
     char *ctype;
     struct strbuf body;
@@ -202,7 +204,89 @@ struct preq {
     enum wire_role ans_role; /* the role of the instance whose answer the client got */
     bool picked;             /* an endpoint was picked (queue time observed) */
     char last_ch;            /* the last streamed byte (an event boundary across chunks) */
+
+    /* W3C trace context from the client, passed on to every leg unchanged (the
+     * coordinator is not a participant: it exports no spans). [0] == 0: none. */
+    char traceparent[56];
+    char *tracestate;    /* NULL: none; capped at PROXY_TRACESTATE_MAX */
+    struct otlp_req *tr; /* sampled for span export (otlp.h); NULL: not traced */
+    int tr_route;        /* the routing span */
 };
+
+#define PROXY_TRACESTATE_MAX 512
+
+/* A client's X-Request-Id is kept when it is 1..63 characters of [A-Za-z0-9._~:/+=@-]
+ * (no spaces, quotes or controls: it goes into logs, headers and PD bodies); a longer
+ * one is cut to 63. Anything else gets a fresh id. */
+static size_t client_rid(const char *h, char *out, size_t cap)
+{
+    if (!h || !*h)
+        return 0;
+    size_t n = 0;
+    for (; h[n] && n < cap - 1; n++) {
+        unsigned char ch = (unsigned char)h[n];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              strchr("._~:/+=@-", ch)))
+            return 0;
+    }
+    memcpy(out, h, n);
+    out[n] = '\0';
+    return n;
+}
+
+static bool is_lower_hex(const char *s, size_t n, bool *all_zero)
+{
+    *all_zero = true;
+    for (size_t i = 0; i < n; i++) {
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return false;
+        if (s[i] != '0')
+            *all_zero = false;
+    }
+    return true;
+}
+
+/* traceparent (W3C Trace Context level 1): "00-<32 hex trace id>-<16 hex parent id>-<2 hex
+ * flags>", neither id all zeros; a higher version is read by the same prefix. */
+static bool traceparent_ok(const char *h)
+{
+    size_t n = h ? strlen(h) : 0;
+    bool z;
+    if (n < 55 || !is_lower_hex(h, 2, &z) || (h[0] == 'f' && h[1] == 'f'))
+        return false;
+    bool v00 = h[0] == '0' && h[1] == '0';
+    if ((v00 && n != 55) || (!v00 && n > 55 && h[55] != '-'))
+        return false;
+    if (h[2] != '-' || h[35] != '-' || h[52] != '-')
+        return false;
+    return is_lower_hex(h + 3, 32, &z) && !z && is_lower_hex(h + 36, 16, &z) && !z &&
+           is_lower_hex(h + 53, 2, &z);
+}
+
+static void trace_context(struct preq *pr, struct httpd_req *req)
+{
+    const char *tp = httpd_req_header(req, "traceparent");
+    if (!traceparent_ok(tp))
+        return; /* an invalid traceparent is dropped, and tracestate with it (spec) */
+    memcpy(pr->traceparent, tp, 55);
+    pr->traceparent[55] = '\0';
+    const char *ts = httpd_req_header(req, "tracestate");
+    if (!ts || !*ts)
+        return;
+    size_t n = strlen(ts);
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)ts[i] < 0x20 || (unsigned char)ts[i] > 0x7e)
+            return;
+    if (n > PROXY_TRACESTATE_MAX) {
+        /* Cut at a list member boundary (the spec's rule for propagators that must). */
+        n = PROXY_TRACESTATE_MAX;
+        while (n > 0 && ts[n] != ',')
+            n--;
+        if (n == 0)
+            return;
+    }
+    pr->tracestate = xstrndup(ts, n);
+}
 
 static void attempt(struct preq *pr);
 
@@ -268,11 +352,13 @@ struct csettings *proxy_settings(struct coord_worker *w)
     return w->set;
 }
 
+/* type: vLLM's name for the status (http1_openai_error_type) unless the caller has a
+ * more precise one of vLLM's. */
 static void respond_openai_error(struct httpd_req *req, int status, const char *type,
                                  const char *msg)
 {
-    json_t *j = json_pack("{s:{s:s, s:s, s:n, s:i}}", "error", "message", msg, "type", type,
-                          "param", "code", status);
+    json_t *j = json_pack("{s:{s:s, s:s, s:n, s:i}}", "error", "message", msg, "type",
+                          type ? type : http1_openai_error_type(status), "param", "code", status);
     httpd_respond_json(req, status, j);
 }
 
@@ -302,7 +388,7 @@ static bool check_auth(struct coord *c, const struct csettings *set, struct http
     coord_count_error(c, CAUSE_UNAUTHORIZED);
     coord_count_request(c, api, 401);
     httpd_add_header(req, "WWW-Authenticate", "Bearer");
-    respond_openai_error(req, 401, "invalid_request_error",
+    respond_openai_error(req, 401, NULL,
                          "Invalid or missing API key (Authorization: Bearer <key>)");
     return false;
 }
@@ -503,6 +589,11 @@ static void record_end(struct preq *pr, int status)
     metrics_histogram_observe(pr->c->m.e2e, (double)(util_mono_us() - pr->start_us) / 1e6);
     if (status == 200 && pr->first_us)
         gwm_end(pr);
+    if (pr->tr) {
+        otlp_finish(pr->tr, &pr->c->otlp, pr->w->httpc, util_mono_us(), status, pr->rid,
+                    api_names[pr->api], pr->model, pr->retries, pr->reschedules);
+        pr->tr = NULL;
+    }
 }
 
 #define NO_CAUSE (-1)
@@ -542,9 +633,9 @@ static void preq_end(struct preq *pr, enum reqfsm_event ev, int cause, const str
             strbuf_init(&sb, 4096);
             strbuf_puts(&sb, "data: {\"error\":{\"message\":");
             strbuf_put_json_string(&sb, msg);
-            strbuf_appendf(&sb, ",\"type\":\"%s\",\"code\":%d}}\n\n",
-                           cause == CAUSE_INFER_TIMEOUT ? "timeout" : "upstream_error",
-                           cause == CAUSE_INFER_TIMEOUT ? 504 : 502);
+            int code = cause == CAUSE_INFER_TIMEOUT ? 504 : 502;
+            strbuf_appendf(&sb, ",\"type\":\"%s\",\"code\":%d}}\n\n", http1_openai_error_type(code),
+                           code);
             httpd_stream_write(req, strbuf_str(&sb), sb.len);
             strbuf_release(&sb);
         } else if (sse_in_use(pr, (enum reqfsm_state)from)) {
@@ -666,7 +757,7 @@ static void give_up(struct preq *pr)
     }
     int status = pr->fail_cause == CAUSE_FIRST_TOKEN_TIMEOUT ? 504 : 502;
     preq_end(pr, REQ_EV_GIVE_UP, pr->fail_cause,
-             &(struct answer){.status = status, .type = "upstream_error", .msg = pr->fail_msg});
+             &(struct answer){.status = status, .msg = pr->fail_msg});
 }
 
 /* The attempt failed before anything reached the client. */
@@ -1204,7 +1295,6 @@ static void main_done(struct preq *pr, struct leg *leg, const struct httpc_respo
     if (leg->too_large) {
         preq_end(pr, REQ_EV_FAIL, CAUSE_UPSTREAM_PROTOCOL,
                  &(struct answer){.status = 502,
-                                  .type = "upstream_error",
                                   .msg = "upstream response exceeds the coordinator's limit"});
         return;
     }
@@ -1367,6 +1457,9 @@ static void leg_on_done(const struct httpc_response *resp, void *arg)
     struct leg *leg = arg;
     struct preq *pr = leg->pr;
     leg->h = NULL;
+    if (pr->tr)
+        otlp_span_close(pr->tr, leg->span, util_mono_us(), (int)leg->status,
+                        resp->error != 0 || leg->status >= 500);
     if (leg->which == LEG_PREFILL && !resp->error && leg->status >= 200 && leg->status < 300)
         pr->handoff_us = util_mono_us();
     if (leg->which == LEG_PREFILL)
@@ -1387,6 +1480,24 @@ static void leg_start(struct preq *pr, struct leg *leg, const char *body, size_t
         leg->tokens = MOTOR_MAX((int64_t)1, leg->tokens - (int64_t)pr->matched);
     inst_load_acquire(leg->ep->load, leg->tokens);
     leg->load_held = true;
+    if (pr->tr) {
+        int64_t now = util_mono_us();
+        if (!pr->picked)
+            otlp_span_close(pr->tr, pr->tr_route, now, 0, false);
+        enum wire_role role = leg->inst->role;
+        static const char *const leg_names[] = {[WIRE_ROLE_UNION] = "leg union",
+                                                [WIRE_ROLE_PREFILL] = "leg prefill",
+                                                [WIRE_ROLE_DECODE] = "leg decode"};
+        leg->span = otlp_span_open(
+            pr->tr, (unsigned)role < WIRE_ROLE_COUNT && leg_names[role] ? leg_names[role] : "leg",
+            3, now, &pr->w->rng);
+        if (leg->span >= 0) {
+            struct otlp_span *sp = &pr->tr->spans[leg->span];
+            sp->instance_id = leg->inst->id;
+            snprintf(sp->endpoint, sizeof(sp->endpoint), "%s", leg->ep->hostport);
+            snprintf(sp->role, sizeof(sp->role), "%s", wire_role_str(role));
+        }
+    }
     if (!pr->picked) {
         pr->picked = true;
         const struct gwm *g = gwm_get(pr->w, pr->model, leg->inst->role);
@@ -1406,8 +1517,28 @@ static void leg_start(struct preq *pr, struct leg *leg, const char *body, size_t
     memcpy(rid_hdr, "X-Request-Id: ", 14);
     memcpy(rid_hdr + 14, rid, rl);
     rid_hdr[14 + rl] = '\0';
-    const char *hdrs[] = {rid_hdr,
-                          stream ? "Accept: text/event-stream" : "Accept: application/json", NULL};
+    char tp_hdr[72];
+    const char *hdrs[5] = {rid_hdr,
+                           stream ? "Accept: text/event-stream" : "Accept: application/json"};
+    char *ts_hdr = NULL;
+    if (pr->tr && leg->span >= 0) {
+        /* a participant: the engine's spans are children of this leg's */
+        char tp[56];
+        otlp_traceparent(pr->tr, leg->span, tp);
+        snprintf(tp_hdr, sizeof(tp_hdr), "traceparent: %s", tp);
+        hdrs[2] = tp_hdr;
+        if (pr->tracestate) {
+            ts_hdr = xasprintf("tracestate: %s", pr->tracestate);
+            hdrs[3] = ts_hdr;
+        }
+    } else if (pr->traceparent[0]) {
+        snprintf(tp_hdr, sizeof(tp_hdr), "traceparent: %s", pr->traceparent);
+        hdrs[2] = tp_hdr;
+        if (pr->tracestate) {
+            ts_hdr = xasprintf("tracestate: %s", pr->tracestate);
+            hdrs[3] = ts_hdr;
+        }
+    }
     int64_t left = pr->deadline_ms - now_ms(pr);
     struct httpc_opts o = {
         .method = "POST",
@@ -1426,6 +1557,7 @@ static void leg_start(struct preq *pr, struct leg *leg, const char *body, size_t
     log_debug("upstream_leg", LF_STR("request_id", pr->rid), LF_STR("url", url),
               LF_INT("instance_id", leg->inst->id), LF_BOOL("stream", stream));
     leg->h = httpc_request(pr->w->httpc, &o, leg_on_done, leg);
+    free(ts_hdr);
 }
 /* ---- routing ----------------------------------------------------------------------- */
 
@@ -1759,8 +1891,7 @@ static void attempt(struct preq *pr)
         char msg[320];
         describe_fleet(pr, msg, sizeof(msg));
         log_warn("no_instance", LF_STR("request_id", pr->rid), LF_STR("reason", msg));
-        preq_end(pr, REQ_EV_REJECT, CAUSE_NO_INSTANCE,
-                 &(struct answer){.status = 503, .type = "ServiceUnavailable", .msg = msg});
+        preq_end(pr, REQ_EV_REJECT, CAUSE_NO_INSTANCE, &(struct answer){.status = 503, .msg = msg});
         return;
     }
     struct leg *p = &pr->legs[LEG_PREFILL], *d = &pr->legs[LEG_MAIN];
@@ -1886,7 +2017,6 @@ static void on_first_timeout(struct preq *pr)
     preq_end(pr, REQ_EV_FIRST_TIMEOUT, CAUSE_FIRST_TOKEN_TIMEOUT,
              &(struct answer){
                  .status = 504,
-                 .type = "timeout",
                  .msg = "no first token from the inference engine within first_token_timeout"});
 }
 
@@ -1905,8 +2035,7 @@ static void on_total_timeout(struct preq *pr)
     }
     legs_timed_out(pr);
     preq_end(pr, REQ_EV_TOTAL_TIMEOUT, CAUSE_INFER_TIMEOUT,
-             &(struct answer){
-                 .status = 504, .type = "timeout", .msg = "request exceeded infer_timeout"});
+             &(struct answer){.status = 504, .msg = "request exceeded infer_timeout"});
 }
 
 /* STREAMING, and nothing from the engine for inter_token_timeout: a hung engine holds
@@ -2010,6 +2139,8 @@ static void on_close(struct httpd_req *req, void *arg)
         free(pr->cond_hp[i]);
     free(pr->cond_hp);
     free(pr->cond_tok);
+    free(pr->tracestate);
+    free(pr->tr); /* never answered (record_end exports and clears it) */
     free(pr);
     worker_maybe_stop(w);
 }
@@ -2334,7 +2465,7 @@ static void handle_infer(struct httpd_req *req, struct coord_worker *w, enum api
     if (w->draining || atomic_load_explicit(&c->stopping, memory_order_relaxed)) {
         coord_count_error(c, CAUSE_SHUTDOWN);
         coord_count_request(c, api_names[api], 503);
-        respond_openai_error(req, 503, "ServiceUnavailable", "coordinator is shutting down");
+        respond_openai_error(req, 503, NULL, "coordinator is shutting down");
         return;
     }
     char err[256];
@@ -2410,7 +2541,12 @@ static void handle_infer(struct httpd_req *req, struct coord_worker *w, enum api
     pr->pin_p = pr->pin_d = -1;
     pr->probe =
         prec_probe_pin(c, httpd_req_header(req, "X-Motor-Precision-Probe"), &pr->pin_p, &pr->pin_d);
-    make_rid(w, pr->rid);
+    if (!client_rid(httpd_req_header(req, "X-Request-Id"), pr->rid, sizeof(pr->rid)))
+        make_rid(w, pr->rid);
+    trace_context(pr, req);
+    pr->tr =
+        otlp_begin(&c->otlp, pr->traceparent[0] ? pr->traceparent : NULL, &w->rng, pr->start_us);
+    pr->tr_route = otlp_span_open(pr->tr, "route", 1, pr->start_us, &w->rng);
     list_insert_tail(&w->live, &pr->link);
     w->n_live++;
     metrics_gauge_inc(c->m.inflight);

@@ -227,6 +227,7 @@ static void h_metrics(struct httpd_req *req, void *arg)
                    "motor_nm_engine_output_dropped_lines_total %llu\n",
                    nm->arb.counter, nm_frozen(nm) ? 1 : 0, nm->ctrl.registered ? 1 : 0,
                    (unsigned long long)nm->passthrough_dropped);
+    nm_pool_render_metrics(nm, &sb); /* the worker pool it runs, if any */
     if (sb.overflow) {
         strbuf_release(&sb);
         httpd_respond_error(req, 500, "metrics exposition too large");

@@ -791,6 +791,8 @@ void nm_arb_new_episode(struct nodemgr *nm);
 void nm_grace_end(struct nodemgr *nm, const char *cause);
 
 /* ---- nm_pool.c (the worker pool of nodemgr/pool.h; config key worker_pool) --------- */
+/* Append the worker pool's motor_pool_* families to a /metrics answer (none without). */
+void nm_pool_render_metrics(struct nodemgr *nm, struct strbuf *sb);
 /* Create nm->pool and register its routes when worker_pool.enable (before the core
  * routes, from nm_api_init). 0 or -errno (invalid block: the NM does not start). */
 int nm_pool_init(struct nodemgr *nm);

@@ -165,6 +165,12 @@ int nm_pool_init(struct nodemgr *nm)
     return rc;
 }
 
+void nm_pool_render_metrics(struct nodemgr *nm, struct strbuf *sb)
+{
+    if (nm->pool)
+        pool_render_metrics(nm->pool, sb);
+}
+
 void nm_pool_shutdown(struct nodemgr *nm)
 {
     if (nm->pool)

@@ -58,9 +58,9 @@ struct pool_config {
      * or the process's working directory when there is none. */
     const char *base_dir;
     struct pool_defaults defaults;
-    int64_t stop_grace_ms;     /* SIGTERM -> SIGKILL of a worker's process group */
-    size_t max_response;       /* cap on a buffered worker reply (bytes) */
-    size_t max_request;        /* cap on an invoke body the pool accepts (bytes) */
+    int64_t stop_grace_ms; /* SIGTERM -> SIGKILL of a worker's process group */
+    size_t max_response;   /* cap on a buffered worker reply (bytes) */
+    size_t max_request;    /* cap on an invoke body the pool accepts (bytes) */
     /* httpd route flags (HTTPD_ROUTE_AUTH) for the routes that change something
      * (register, delete, stop) and for invoke; the GET routes take none. */
     unsigned admin_route_flags;
@@ -88,6 +88,12 @@ struct pool *pool_new(struct reactor *r, const struct pool_config *cfg);
  * 0 or -errno. Requests the pool holds are answered and forgotten by pool_shutdown /
  * pool_free; freeing h first is also fine (their on_close callbacks release them). */
 int pool_register_routes(struct pool *p, struct httpd *h);
+
+struct strbuf;
+/* Append the pool's Prometheus families (motor_pool_*: calls, failures, cold starts,
+ * queue depth and wait, instances by state, per node) to sb: the standalone pool serves
+ * them on GET /metrics, a node manager running the pool appends them to its own. */
+void pool_render_metrics(const struct pool *p, struct strbuf *sb);
 
 /* Graceful stop of everything: calls waiting or in flight are answered 503, new ones
  * refused, every worker gets SIGTERM, SIGKILL after the grace; done(arg) once all are

@@ -36,9 +36,9 @@ enum reply_mode { REPLY_JSON = 0, REPLY_STREAM, REPLY_OTHER };
 
 struct pool_call {
     struct pool *pool;
-    struct list_head link;           /* on pool->calls */
-    struct list_head ilink;          /* on inst->calls_head while in flight (inst set) */
-    struct httpd_req *req;           /* NULL once the request is gone */
+    struct list_head link;  /* on pool->calls */
+    struct list_head ilink; /* on inst->calls_head while in flight (inst set) */
+    struct httpd_req *req;  /* NULL once the request is gone */
     struct pool_waiter w;
     enum call_phase phase;
     struct pool_inst *inst;
@@ -226,9 +226,9 @@ static void on_up_done(const struct httpc_response *resp, void *arg)
          * the pidfd a moment, so a crash is answered with its real cause (signal, exit
          * code) by pool_api_inst_gone rather than as a bare "connection reset". */
         free(c->up_error);
-        c->up_error = xasprintf("transport failure calling instance %s at %s/invoke: %s",
-                                c->inst_id, c->inst->address ? c->inst->address : "?",
-                                resp->error_text);
+        c->up_error =
+            xasprintf("transport failure calling instance %s at %s/invoke: %s", c->inst_id,
+                      c->inst->address ? c->inst->address : "?", resp->error_text);
         reactor_timer_start(c->pool->r, &c->defer, POOL_CRASH_WAIT_MS, 0);
         return;
     }
@@ -663,6 +663,97 @@ static void h_instance_stop(struct httpd_req *req, void *arg)
     }
     pool_inst_stop(i, "stopped by admin");
     httpd_respond_json(req, 202, pool_inst_json(i, 0));
+}
+
+/* ---- metrics ----------------------------------------------------------------------- */
+
+const double pool_wait_bounds[POOL_WAIT_BUCKETS] = {0.001, 0.005, 0.01, 0.05, 0.1, 0.5,
+                                                    1,     5,     10,   30,   60};
+
+/* A label value: node ids are the operator's, escaped as the exposition format wants. */
+static void label_value(struct strbuf *sb, const char *v)
+{
+    for (; *v; v++) {
+        if (*v == '\\' || *v == '"')
+            strbuf_appendf(sb, "\\%c", *v);
+        else if (*v == '\n')
+            strbuf_puts(sb, "\\n");
+        else
+            strbuf_append(sb, v, 1);
+    }
+}
+
+static void node_series(struct strbuf *sb, const struct pool *p, const char *name, const char *type,
+                        const char *help, int which)
+{
+    strbuf_appendf(sb, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    const struct list_head *pos;
+    list_for_each(pos, &p->nodes)
+    {
+        const struct pool_node *n = list_entry(pos, struct pool_node, link);
+        uint64_t v = which == 0   ? n->calls
+                     : which == 1 ? n->calls_failed
+                     : which == 2 ? n->starts
+                     : which == 3 ? n->start_failures
+                     : which == 4 ? n->queue_timeouts
+                                  : n->n_waiting;
+        strbuf_appendf(sb, "%s{node=\"", name);
+        label_value(sb, n->id);
+        strbuf_appendf(sb, "\"} %llu\n", (unsigned long long)v);
+    }
+}
+
+void pool_render_metrics(const struct pool *p, struct strbuf *sb)
+{
+    if (!p)
+        return;
+    node_series(sb, p, "motor_pool_calls_total", "counter", "Invokes given a slot, by node.", 0);
+    node_series(sb, p, "motor_pool_calls_failed_total", "counter",
+                "Invokes answered with an error by the pool or the worker, by node.", 1);
+    node_series(sb, p, "motor_pool_cold_starts_total", "counter",
+                "Worker instances started (a call found no ready one), by node.", 2);
+    node_series(sb, p, "motor_pool_start_failures_total", "counter",
+                "Worker instances that failed to start, by node.", 3);
+    node_series(sb, p, "motor_pool_queue_timeouts_total", "counter",
+                "Invokes that waited for a slot longer than the node allows, by node.", 4);
+    node_series(sb, p, "motor_pool_queue_depth", "gauge",
+                "Invokes waiting for a slot now, by node.", 5);
+    strbuf_puts(sb, "# HELP motor_pool_instances Worker instances by node and state.\n"
+                    "# TYPE motor_pool_instances gauge\n");
+    static const enum pool_state states[] = {POOL_STARTING, POOL_READY, POOL_STOPPING};
+    const struct list_head *pos, *ipos;
+    list_for_each(pos, &p->nodes)
+    {
+        const struct pool_node *n = list_entry(pos, struct pool_node, link);
+        int counts[8] = {0};
+        list_for_each(ipos, &p->insts)
+        {
+            const struct pool_inst *i = list_entry(ipos, struct pool_inst, link);
+            if (i->node == n && (unsigned)i->state < ARRAY_LEN(counts))
+                counts[i->state]++;
+        }
+        for (size_t k = 0; k < ARRAY_LEN(states); k++) {
+            strbuf_puts(sb, "motor_pool_instances{node=\"");
+            label_value(sb, n->id);
+            strbuf_appendf(sb, "\",state=\"%s\"} %d\n", pool_state_str(states[k]),
+                           counts[states[k]]);
+        }
+    }
+    strbuf_puts(sb, "# HELP motor_pool_queue_wait_seconds Time invokes waited for a slot "
+                    "(0 when one was free).\n"
+                    "# TYPE motor_pool_queue_wait_seconds histogram\n");
+    uint64_t cum = 0;
+    for (int b = 0; b < POOL_WAIT_BUCKETS; b++) {
+        cum += p->wait_bucket[b];
+        strbuf_appendf(sb, "motor_pool_queue_wait_seconds_bucket{le=\"%g\"} %llu\n",
+                       pool_wait_bounds[b], (unsigned long long)cum);
+    }
+    strbuf_appendf(sb,
+                   "motor_pool_queue_wait_seconds_bucket{le=\"+Inf\"} %llu\n"
+                   "motor_pool_queue_wait_seconds_sum %.6f\n"
+                   "motor_pool_queue_wait_seconds_count %llu\n",
+                   (unsigned long long)p->wait_count, p->wait_sum,
+                   (unsigned long long)p->wait_count);
 }
 
 int pool_register_routes(struct pool *p, struct httpd *h)

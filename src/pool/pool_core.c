@@ -36,12 +36,13 @@ void pool_new_id(const char *prefix, char *buf, size_t cap)
     unsigned char rnd[6];
     if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
         /* Not worth failing over: ids only need to be unique within the database. */
-        uint64_t x = (uint64_t)util_wall_ms() ^ ((uint64_t)getpid() << 20) ^ (uint64_t)util_mono_us();
+        uint64_t x =
+            (uint64_t)util_wall_ms() ^ ((uint64_t)getpid() << 20) ^ (uint64_t)util_mono_us();
         for (size_t i = 0; i < sizeof(rnd); i++)
             rnd[i] = (unsigned char)(x >> (8 * i));
     }
-    snprintf(buf, cap, "%s%02x%02x%02x%02x%02x%02x", prefix, rnd[0], rnd[1], rnd[2], rnd[3],
-             rnd[4], rnd[5]);
+    snprintf(buf, cap, "%s%02x%02x%02x%02x%02x%02x", prefix, rnd[0], rnd[1], rnd[2], rnd[3], rnd[4],
+             rnd[5]);
 }
 
 void pool_config_init(struct pool_config *cfg)
@@ -366,6 +367,13 @@ void pool_pump(struct pool_node *n)
             struct pool_inst *i = pick(n);
             if (i) {
                 struct pool_waiter *w = pop_head(n);
+                double waited = (double)(util_mono_ms() - w->enq_ms) / 1000.0;
+                int b = 0;
+                while (b < POOL_WAIT_BUCKETS && waited > pool_wait_bounds[b])
+                    b++;
+                p->wait_bucket[b]++;
+                p->wait_count++;
+                p->wait_sum += waited;
                 i->busy++;
                 i->calls++;
                 n->calls++;
@@ -510,8 +518,8 @@ static void load_stored(const char *id, const char *text, const char *source, vo
     struct cfg_errors errs;
     cfg_errors_init(&errs, id);
     json_t *doc = cfg_load_buffer(text, strlen(text), &errs);
-    struct pool_manifest *m = doc ? pool_manifest_parse(doc, &p->cfg.defaults, p->base_dir, &errs)
-                                  : NULL;
+    struct pool_manifest *m =
+        doc ? pool_manifest_parse(doc, &p->cfg.defaults, p->base_dir, &errs) : NULL;
     json_decref(doc);
     if (!m) {
         log_error("pool_stored_manifest_invalid", LF_STR("node_id", id),

@@ -132,7 +132,8 @@ typedef void (*pool_store_node_cb)(const char *id, const char *manifest_json, co
 int pool_store_nodes_each(struct pool_store *s, pool_store_node_cb cb, void *arg);
 int pool_store_instance_put(struct pool_store *s, const struct pool_inst_rec *rec);
 int pool_store_transition(struct pool_store *s, const char *inst_id, const char *node_id,
-                          const char *from, const char *to, const char *cause, int64_t util_wall_ms);
+                          const char *from, const char *to, const char *cause,
+                          int64_t util_wall_ms);
 /* Instances a previous process left starting/ready/stopping: recorded stopped with
  * cause. Returns how many (or -errno). */
 int pool_store_close_orphans(struct pool_store *s, const char *cause, int64_t util_wall_ms);
@@ -161,27 +162,27 @@ struct pool_inst {
     struct pool_node *node;
     struct pool_manifest *m; /* the manifest it was started with */
     struct list_head link;   /* on pool->insts */
-    char id[24];                   /* "ni_" + 12 hex */
+    char id[24];             /* "ni_" + 12 hex */
     enum pool_state state;
 
     struct proc *proc; /* NULL before spawn, after reaping, or in unit tests */
     bool proc_alive;   /* the process (group) is not yet reaped */
     pid_t pid;
     int port;
-    char *address;     /* "http://127.0.0.1:PORT" once the ready line came */
+    char *address; /* "http://127.0.0.1:PORT" once the ready line came */
     char *health_url;
     char *invoke_url;
 
-    int busy;          /* calls holding a slot */
-    uint64_t calls;    /* calls granted over the lifetime */
+    int busy;                    /* calls holding a slot */
+    uint64_t calls;              /* calls granted over the lifetime */
     struct list_head calls_head; /* pool_call.ilink: calls in flight on it (crash => failed
                                   * at once) */
 
     int64_t started_ms, ready_ms, last_used_ms, ended_ms; /* CLOCK_MONOTONIC */
     int64_t started_wall, ready_wall, last_used_wall, ended_wall;
 
-    char *error;       /* why it is in error */
-    char *error_tail;  /* the stderr tail when the error happened */
+    char *error;          /* why it is in error */
+    char *error_tail;     /* the stderr tail when the error happened */
     struct ring err_ring; /* stderr lines, newest POOL_TAIL_RING_BYTES */
     bool ring_ok;         /* false once ended: final_tail holds the last lines */
     char *final_tail;
@@ -269,17 +270,21 @@ struct pool_node {
     uint64_t calls, calls_failed, starts, start_failures, queue_timeouts;
 };
 
+/* Upper bounds (s) of motor_pool_queue_wait_seconds' buckets (pool_api.c). */
+#define POOL_WAIT_BUCKETS 11
+extern const double pool_wait_bounds[POOL_WAIT_BUCKETS];
+
 struct pool {
     struct reactor *r;
     struct pool_config cfg; /* strings below are owned copies */
     char *manifests_dir, *db_path, *base_dir;
     struct pool_store *store;
-    struct httpc *http; /* health checks and invokes */
-    struct list_head nodes;  /* pool_node.link, newest first */
-    struct list_head insts;  /* pool_inst.link: every instance in memory, newest first */
-    size_t n_ended;          /* stopped/error instances kept in memory */
-    struct list_head calls;  /* pool_call.link: every invoke request the pool holds, newest
-                              * first */
+    struct httpc *http;     /* health checks and invokes */
+    struct list_head nodes; /* pool_node.link, newest first */
+    struct list_head insts; /* pool_inst.link: every instance in memory, newest first */
+    size_t n_ended;         /* stopped/error instances kept in memory */
+    struct list_head calls; /* pool_call.link: every invoke request the pool holds, newest
+                             * first */
     bool shutting_down;
     void (*shutdown_done)(void *arg);
     void *shutdown_arg;
@@ -290,6 +295,10 @@ struct pool {
     struct cfgwatch *watch;
     struct pool_file *files;
     size_t n_files;
+    /* queue wait of granted calls (motor_pool_queue_wait_seconds), this thread only */
+    uint64_t wait_bucket[POOL_WAIT_BUCKETS + 1];
+    uint64_t wait_count;
+    double wait_sum;
 };
 
 struct pool_node *pool_node_find(struct pool *p, const char *id);

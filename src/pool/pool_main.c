@@ -5,6 +5,8 @@
 
 #include "common/cliopt.h"
 #include "common/log.h"
+#include "common/metrics.h"
+#include "common/strbuf.h"
 #include "common/util.h"
 
 #include <errno.h>
@@ -81,6 +83,21 @@ static void on_signal(struct reactor *r, int signo, void *arg)
     reactor_timer_start(r, &m->deadline, m->p->cfg.stop_grace_ms + 2000, 0);
 }
 
+static void h_metrics(struct httpd_req *req, void *arg)
+{
+    struct pool_main *m = arg;
+    struct strbuf sb;
+    strbuf_init(&sb, 8u << 20);
+    pool_render_metrics(m->p, &sb);
+    if (sb.overflow) {
+        strbuf_release(&sb);
+        httpd_respond_error(req, 500, "metrics exposition too large");
+        return;
+    }
+    httpd_respond(req, 200, METRICS_CONTENT_TYPE, strbuf_str(&sb), sb.len);
+    strbuf_release(&sb);
+}
+
 static void h_health(struct httpd_req *req, void *arg)
 {
     struct pool_main *m = arg;
@@ -140,7 +157,7 @@ int pool_main(int argc, char **argv)
     m.p = pool_new(m.r, &cfg);
     if (!m.p)
         goto out;
-    static const char *const quiet[] = {"/health", NULL};
+    static const char *const quiet[] = {"/health", "/metrics", NULL};
     struct httpd_config hc = {
         .name = "worker-pool",
         .host = host,
@@ -157,6 +174,7 @@ int pool_main(int argc, char **argv)
     }
     pool_register_routes(m.p, m.h);
     httpd_route(m.h, "GET", "/health", h_health, &m, 0);
+    httpd_route(m.h, "GET", "/metrics", h_metrics, &m, 0);
     log_info("pool_listening", LF_STR("host", host), LF_INT("port", httpd_port(m.h)),
              LF_INT("pid", getpid()));
     int rc = reactor_run(m.r);

@@ -2,6 +2,8 @@
 
 #include "sim/sim_tok.h"
 
+#include "common/http1.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,32 +14,7 @@
  * CamelCase family. */
 const char *sim_resp_error_type(int status)
 {
-    switch (status) {
-    case 400:
-        return "BadRequestError";
-    case 401:
-        return "UnauthorizedError";
-    case 404:
-        return "NotFoundError";
-    case 405:
-        return "MethodNotAllowedError";
-    case 409:
-        return "ConflictError";
-    case 413:
-        return "RequestEntityTooLargeError";
-    case 429:
-        return "TooManyRequestsError";
-    case 501:
-        return "NotImplementedError";
-    case 502:
-        return "BadGatewayError";
-    case 503:
-        return "ServiceUnavailableError";
-    case 504:
-        return "GatewayTimeoutError";
-    default:
-        return status >= 500 ? "InternalServerError" : "BadRequestError";
-    }
+    return http1_openai_error_type(status);
 }
 
 json_t *sim_resp_error(int status, const char *message, const char *param)
@@ -226,8 +203,7 @@ json_t *sim_resp_cmpl_lp_new(void)
                      "top_logprobs");
 }
 
-void sim_resp_cmpl_lp_add(json_t *o, const struct sim_lp *lp, int top, bool as_ids,
-                          int64_t *offset)
+void sim_resp_cmpl_lp_add(json_t *o, const struct sim_lp *lp, int top, bool as_ids, int64_t *offset)
 {
     char t[SIM_TOK_TEXT_MAX + 24];
     token_str(lp->e[0].id, as_ids, t, sizeof(t));

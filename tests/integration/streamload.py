@@ -119,9 +119,14 @@ def wait_idle(metrics_url: Optional[str], timeout: float = 30.0) -> None:
 
 
 def soak(port: int, pid: int, streams: int, rounds: int, metrics_url: Optional[str] = None,
-         model: str = "m", max_tokens: int = 16, settle: float = 3.0) -> list[dict]:
+         model: str = "m", max_tokens: int = 16, settle: float = 3.0,
+         trim_metric: Optional[str] = None) -> list[dict]:
     """`rounds` rounds of `streams` completed + `streams` aborted streams; per round the
-    outcomes, the peak RSS while the completed ones were open, and the RSS after it (KiB)."""
+    outcomes, the peak RSS while the completed ones were open, and the RSS after it (KiB).
+    With trim_metric (a counter of metrics_url), "after" is read once that counter moved
+    after the proxy went idle (at most 15 s) plus `settle`: on a loaded machine the
+    proxy's idle trim may come later than `settle` after the last stream (a trim while
+    the round ran does not count)."""
     out = []
     for i in range(rounds):
         peak = [0]
@@ -132,6 +137,11 @@ def soak(port: int, pid: int, streams: int, rounds: int, metrics_url: Optional[s
         done = burst(port, streams, False, model, max_tokens, during=sample)
         aborted = burst(port, streams, True, model, max_tokens)
         wait_idle(metrics_url)
+        trims0 = metric(metrics_url, trim_metric) if trim_metric and metrics_url else None
+        if trims0 is not None:
+            deadline = time.monotonic() + 15.0
+            while metric(metrics_url, trim_metric) <= trims0 and time.monotonic() < deadline:
+                time.sleep(0.1)
         time.sleep(settle)
         out.append({"round": i + 1, "done": done, "aborted": aborted, "peak_kib": peak[0],
                     "rss_kib": rss_kib(pid)})

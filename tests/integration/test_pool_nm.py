@@ -46,6 +46,11 @@ def test_pool_in_node_manager(procs, tmpdir_path):
     assert i["state"] == "ready" and i["pid"] == pid
     # The NM's own routes are still there.
     assert get(f"{url}/node-manager/status").status == 200
+    # Its /metrics carries the pool's families next to its own.
+    text = get(f"{url}/metrics").text
+    assert 'motor_pool_calls_total{node="echo"} 1' in text
+    assert 'motor_pool_instances{node="echo",state="ready"} 1' in text
+    assert "motor_nm_engine_spawns_total" in text
 
     # Shutting the node manager down stops the workers too.
     nm.proc.signal(15)
