@@ -148,6 +148,9 @@ def run_once(motor: str, kills: int, pods: int = 2) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+G4 = "Death → instance active again, 4-pod instance"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=0, help="kills per repetition")
@@ -172,7 +175,7 @@ def main() -> int:
                    extra={"p50_breakdown_ms": extra}),
         plugin.row("ctl.death_to_active.p99", "Death → instance active again", work, "p99", "ms",
                    p99),
-        plugin.row("ctl.death_to_active_4pod.p50", "Death → instance active again, 4-pod instance",
+        plugin.row("ctl.death_to_active_4pod.p50", G4,
                    work + " (dp=4 over 4 node managers)", "p50", "ms",
                    [plugin.pct(r["active"], 50) for r in reps4],
                    notes=[f"{kills} kills per repetition, one DP rank per node manager: every "
@@ -182,7 +185,7 @@ def main() -> int:
                        k: [plugin.pct(r[k], 50) if r[k] else None for r in reps4]
                        for k in ("report", "dispatch", "published")},
                        "failed_relaunches": [r.get("failed", 0) for r in reps4]}),
-        plugin.row("ctl.death_to_active_4pod.p99", "Death → instance active again, 4-pod instance",
+        plugin.row("ctl.death_to_active_4pod.p99", G4,
                    work + " (dp=4 over 4 node managers)", "p99", "ms",
                    [plugin.pct(r["active"], 99) for r in reps4]),
     ])

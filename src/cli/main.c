@@ -23,14 +23,21 @@ struct subcommand {
 };
 
 static const struct subcommand subcommands[] = {
-    {"engine-sim", sim_main, "OpenAI-compatible engine simulator (vLLM surface, fault injection)", NULL},
-    {"coordinator", coordinator_main, "OpenAI-compatible gateway (PD routing, balancing, breakers)", "Coordinator"},
-    {"register", register_main, "register engines with a coordinator (standalone deployment)", NULL},
-    {"node-manager", node_manager_main, "engine supervisor of one pod/host (register, launch, probe, relaunch)", "NodeManager"},
-    {"controller", controller_main, "the fleet's brain: assembly, health, fault tolerance, coordinator push", "Controller"},
+    {"engine-sim", sim_main, "OpenAI-compatible engine simulator (vLLM surface, fault injection)",
+     NULL},
+    {"coordinator", coordinator_main, "OpenAI-compatible gateway (PD routing, balancing, breakers)",
+     "Coordinator"},
+    {"register", register_main, "register engines with a coordinator (standalone deployment)",
+     NULL},
+    {"node-manager", node_manager_main,
+     "engine supervisor of one pod/host (register, launch, probe, relaunch)", "NodeManager"},
+    {"controller", controller_main,
+     "the fleet's brain: assembly, health, fault tolerance, coordinator push", "Controller"},
     {"up", up_main, "the whole fleet on this host from one user_config.json (make run)", NULL},
-    {"status", status_main, "instances, endpoints, pools and breakers of a fleet; exit 1 if unhealthy", NULL},
-    {"worker-pool", pool_main, "on-demand worker processes from manifests (the node manager's pool, alone)", "WorkerPool"},
+    {"status", status_main,
+     "instances, endpoints, pools and breakers of a fleet; exit 1 if unhealthy", NULL},
+    {"worker-pool", pool_main,
+     "on-demand worker processes from manifests (the node manager's pool, alone)", "WorkerPool"},
 };
 
 static void usage(FILE *out)

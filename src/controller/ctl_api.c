@@ -418,12 +418,12 @@ static void h_ft_status(struct httpd_req *req, void *arg)
         json_array_append_new(arr, ctl_ft_rt_json(v[i]));
     free(v);
     if (!sd_on) {
-        httpd_respond_json(req, 200,
-                           wire_envelope_new(200, "Success",
-                                             json_pack("{s:s, s:[], s:o, s:b, s:b}", "phase",
-                                                       "DISABLED", "instances", "motor_runtimes",
-                                                       arr, "dp_scale_down", 0, "engine_relaunch",
-                                                       c->cfg.relaunch_enable)));
+        httpd_respond_json(
+            req, 200,
+            wire_envelope_new(200, "Success",
+                              json_pack("{s:s, s:[], s:o, s:b, s:b}", "phase", "DISABLED",
+                                        "instances", "motor_runtimes", arr, "dp_scale_down", 0,
+                                        "engine_relaunch", c->cfg.relaunch_enable)));
         return;
     }
     httpd_respond_json(req, 200,

@@ -350,6 +350,17 @@ static void isolation_probed(struct ctl *c, const struct ctl_probe *pr)
                  LF_STR("reason", "every node manager answered the probe"));
         return;
     }
+    for (size_t k = 0; k < pr->n; k++) {
+        ssize_t i = pr->ok[k] ? -1 : ctl_nm_by_key(in, pr->keys[k]);
+        if (i < 0)
+            continue;
+        char member[96];
+        member_name(&in->nms[i], member, sizeof(member));
+        log_warn("heartbeat_timeout_confirmed", LF_INT("instance_id", in->id),
+                 LF_STR("job_name", in->job_name), LF_STR("member", member),
+                 LF_INT("heartbeat_age_ms", now - in->nms[i].last_hb_ms),
+                 LF_STR("rule", "silent and unreachable: the instance leaves the coordinator"));
+    }
     ctl_apply_event(c, in, CTL_EV_HB_TIMEOUT, "heartbeat timeout and node manager(s) unreachable");
 }
 
@@ -368,6 +379,7 @@ static void mgr_check(struct ctl *c)
                                                         : c->cfg.hb_timeout_other_ms;
         size_t stale = 0, refreshed = 0;
         int64_t worst = 0;
+        ssize_t worst_k = -1;
         size_t n_retired;
         int64_t *retired = ctl_retired(c, in, &n_retired);
         for (size_t k = 0; k < in->n_nms; k++) {
@@ -378,7 +390,10 @@ static void mgr_check(struct ctl *c)
             if (age > timeout) {
                 stale++;
                 refreshed += in->nms[k].guard_refreshed;
-                worst = MOTOR_MAX(worst, age);
+                if (age > worst || worst_k < 0) {
+                    worst = age;
+                    worst_k = (ssize_t)k;
+                }
             }
         }
         free(retired);
@@ -387,12 +402,24 @@ static void mgr_check(struct ctl *c)
         char cause[128];
         snprintf(cause, sizeof(cause), "no heartbeat from %zu node manager(s) for %lld ms", stale,
                  (long long)worst);
+        char member[96];
+        member_name(&in->nms[worst_k], member, sizeof(member));
         if (in->status == WIRE_INS_ACTIVE && refreshed < stale) {
             log_warn("heartbeat_timeout_probe", LF_INT("instance_id", in->id),
-                     LF_STR("job_name", in->job_name), LF_STR("cause", cause));
+                     LF_STR("job_name", in->job_name), LF_STR("cause", cause),
+                     LF_STR("member", member), LF_INT("heartbeat_age_ms", worst),
+                     LF_STR("rule", "an active instance's member silent past "
+                                    "instance_heartbeat_timeout: probe every node manager"));
             ctl_probe_start(c, in, isolation_probed);
             continue;
         }
+        log_warn("heartbeat_timeout", LF_INT("instance_id", in->id),
+                 LF_STR("job_name", in->job_name),
+                 LF_STR("status", wire_ins_status_str(in->status)), LF_STR("member", member),
+                 LF_INT("heartbeat_age_ms", worst), LF_INT("stale_members", stale),
+                 LF_STR("rule", in->status == WIRE_INS_ACTIVE
+                                    ? "silent again after the probe refreshed it: isolated"
+                                    : "silent past instance_heartbeat_timeout_inactive: deleted"));
         ctl_apply_event(c, in, CTL_EV_HB_TIMEOUT, cause);
     }
     free(ids);

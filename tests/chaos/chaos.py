@@ -134,6 +134,7 @@ class Injector:
         def cont() -> None:
             if d.pid == pid:
                 d.signal(signal.SIGCONT)
+                d.since = time.monotonic()
             d.stopped = False
         return cont
 

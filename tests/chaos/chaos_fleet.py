@@ -204,6 +204,9 @@ class Daemon:
         self.hold_until = 0.0  # not restarted before this (a fault chose the delay)
         self.expect_death = False  # we killed it: its exit is not a crash
         self.stopped = False  # SIGSTOPped by a fault
+        # monotonic: when the current process became ready (a controller: loaded as the
+        # leader, `controller_ready`), or its last SIGCONT; inf while not ready yet
+        self.since = 0.0
         self.restarts = 0
         self.exits: list[dict] = []
         self.lock = threading.RLock()
@@ -225,6 +228,8 @@ class Daemon:
             motorlib.wait_for(ok, timeout, interval=0.1, what=f"{self.name} ready")
         else:
             proc.wait_event(self.ready_event, timeout=timeout)
+        if proc is self.proc:
+            self.since = time.monotonic()
 
     def start(self, wait: bool = True, timeout: float = 30.0) -> None:
         with self.lock:
@@ -234,6 +239,7 @@ class Daemon:
             self.procs.append(self.proc)
             self.expect_death = False
             self.stopped = False
+            self.since = float("inf")
         if wait:
             self.wait_ready(self.proc, timeout)
             if self.post_start:
@@ -367,7 +373,8 @@ class Fleet:
     # instance (issue 15): its two DP ranks on two node managers, one rank each, as the
     # large MoE/EP instances Motor exists for (DP ranks across pods, one node manager per
     # pod). Controller fleets only: without a controller nothing assembles it.
-    PODS = [("prefill", 1, "chaos-prefill", 1, "prefill"), ("decode", 1, "chaos-decode", 1, "decode"),
+    PODS = [("prefill", 1, "chaos-prefill", 1, "prefill"),
+            ("decode", 1, "chaos-decode", 1, "decode"),
             ("union", 2, "chaos-union", 2, "union"), ("union", 2, "chaos-ep", 1, "ep0"),
             ("union", 2, "chaos-ep", 1, "ep1")]
 
@@ -657,8 +664,8 @@ class Fleet:
             if not d.alive() or d.stopped:
                 continue
             st, body = call("POST", url + "/v3/maintenance/status", {}, timeout=1)
-            if st == 200 and isinstance(body, dict) and \
-                    body.get("leader") and body.get("header", {}).get("member_id") == body["leader"]:
+            if st == 200 and isinstance(body, dict) and body.get("leader") and \
+                    body.get("header", {}).get("member_id") == body["leader"]:
                 return d
         return None
 
@@ -828,11 +835,19 @@ class Fleet:
         a routable multi-pod instance one of whose node managers the driver has kept
         silent for longer than MEMBER_GRACE."""
         now = time.monotonic()
+        ctl = self.controller
+        if self.mode != "controller" or ctl is None or ctl.stopped or not ctl.alive():
+            return []
+        # A controller that (re)started or resumed meanwhile knows nothing of the silence
+        # before: it counts every member's heartbeat age from its load (a fresh window,
+        # as upstream's isolation guard) — the grace runs from then (`since`: its
+        # controller_ready, i.e. loaded as the leader; inf until then).
         down = {}
         for p in self.pods:
-            if p.multi and p.down_since is not None and now - p.down_since > self.MEMBER_GRACE:
+            if p.multi and p.down_since is not None and \
+                    now - max(p.down_since, ctl.since) > self.MEMBER_GRACE:
                 down.setdefault(p.job, []).append(p)
-        if not down or self.mode != "controller":
+        if not down:
             return []
         coord = self.coordinator_instances()
         insts = self.controller_instances()
@@ -845,7 +860,8 @@ class Fleet:
             if job in down and i.get("status") == "active" and i.get("pool") == "available":
                 out.append(f"VIOLATION coordinator routes {job} (instance {i.get('id')}) while "
                            f"{['nm-' + p.name for p in down[job]]} silent for "
-                           f"{now - min(p.down_since for p in down[job]):.1f}s")
+                           f"{now - min(p.down_since for p in down[job]):.1f}s (controller "
+                           f"up {now - ctl.since:.1f}s)")
         return out
 
     def master(self) -> Optional[Daemon]:

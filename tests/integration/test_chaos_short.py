@@ -264,12 +264,24 @@ def test_member_check_flags_a_routable_instance_with_a_silent_member(tmp_path):
              "ctl": [{"id": 7, "job_name": "chaos-ep"}]}
     fleet.coordinator_instances = lambda: views["coord"]
     fleet.controller_instances = lambda: views["ctl"]
+
+    class Ctl:  # the controller, up for a minute
+        stopped, since = False, time.monotonic() - 60
+
+        @staticmethod
+        def alive() -> bool:
+            return True
+    fleet.controller = Ctl
     assert fleet.member_violations() == []  # nobody silent
     ep0.down_since = time.monotonic() - 2
     assert fleet.member_violations() == []  # within the grace (timeout + probe)
     ep0.down_since = time.monotonic() - 10
     v = fleet.member_violations()
     assert len(v) == 1 and v[0].startswith("VIOLATION coordinator routes chaos-ep (instance 7)")
+    # a controller restarted 2 s ago counts the silence from its start: within the grace
+    Ctl.since = time.monotonic() - 2
+    assert fleet.member_violations() == []
+    Ctl.since = time.monotonic() - 60
     views["coord"][0]["status"] = "inactive"
     assert fleet.member_violations() == []  # withdrawn
     # the standalone fleet has no multi-pod instance

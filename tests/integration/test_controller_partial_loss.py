@@ -83,6 +83,8 @@ def test_silent_member_keeps_the_instance_out_until_replaced(procs, tmpdir_path,
     samples = never_routable(coord, iid, 15, until=lambda: c.status_of(iid) is None)
     assert samples > 20
     assert c.status_of(iid) is None, "instance not deleted after the inactive timeout"
+    conf = c.proc.find_events("heartbeat_timeout_confirmed", instance_id=iid)
+    assert conf and conf[0]["member"].endswith(f":{a.port}") and conf[0]["rule"]
     gate = c.proc.find_events("instance_freshness_gate", instance_id=iid)
     assert gate, "the gate's refusals are logged"
     assert gate[0]["member"].endswith(f":{a.port}") and gate[0]["heartbeat_age_ms"] > 2000

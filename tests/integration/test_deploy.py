@@ -417,7 +417,8 @@ def test_gang_job_schedules_and_restarts_the_instance_as_one(tmpdir_path):
         # all the instance's pods or none; the survivors' exit 255 restarts every pod
         assert spec["minAvailable"] == replicas == pods
         actions = {p["event"]: p["action"] for p in spec["policies"]}
-        assert actions.get("PodFailed") == "RestartJob" and actions.get("PodEvicted") == "RestartJob"
+        assert actions.get("PodFailed") == "RestartJob"
+        assert actions.get("PodEvicted") == "RestartJob"
         for task in spec["tasks"]:
             pspec = task["template"]["spec"]
             # Never: an exit is a PodFailed event (OnFailure would restart the survivor in
