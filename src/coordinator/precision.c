@@ -520,8 +520,18 @@ static void probe_send(struct coord *c, struct prec_group *g)
     const char *h = c->cfg.host;
     bool any = !h || !*h || strcmp(h, "0.0.0.0") == 0 || strcmp(h, "::") == 0;
     bool v6 = !any && strchr(h, ':');
-    snprintf(url, sizeof(url), "http://%s%s%s:%u/v1/chat/completions", v6 ? "[" : "",
-             any ? "127.0.0.1" : h, v6 ? "]" : "", c->infer_port);
+    const struct ccfg_tls *t = &c->cfg.infer_tls;
+    snprintf(url, sizeof(url), "%s://%s%s%s:%u/v1/chat/completions", t->enable ? "https" : "http",
+             v6 ? "[" : "", any ? "127.0.0.1" : h, v6 ? "]" : "", c->infer_port);
+    /* Over TLS the probe is a client of our own port: it presents the port's own
+     * certificate (a mutual-TLS port whose CA signed it accepts it; one that does not
+     * fails the probe, and the alarm says so). The server is not verified: the address
+     * is this process's own listening socket, which nobody else can hold while we do, and
+     * its certificate names the service, not the loopback. */
+    struct httpc_tls tls = {.cert_file = t->cert_file,
+                            .key_file = t->key_file,
+                            .key_password = t->key_password,
+                            .insecure = true};
     snprintf(pin, sizeof(pin), "X-Motor-Precision-Probe: %s %lld %lld", c->prec->secret,
              (long long)g->p_id, (long long)g->d_id);
     const char *hdrs[3] = {pin, NULL, NULL};
@@ -542,6 +552,7 @@ static void probe_send(struct coord *c, struct prec_group *g)
         .headers = hdrs,
         .timeout_ms = c->cfg.prec_probe_timeout_ms,
         .max_response = 1 << 20,
+        .tls = t->enable ? &tls : NULL,
     };
     g->probe_attempts++;
     log_info("precision_probe", LF_INT("p_instance_id", g->p_id), LF_INT("d_instance_id", g->d_id),
@@ -553,8 +564,8 @@ static void probe_send(struct coord *c, struct prec_group *g)
 
 static void start_probe(struct coord *c, struct prec_group *g)
 {
-    if (c->cfg.prec_probe_attempts == 0 || c->cfg.infer_tls.enable) {
-        /* No probe (or none possible over plain HTTP): the alarm goes out at once. */
+    if (c->cfg.prec_probe_attempts == 0) {
+        /* No probe: the alarm goes out at once. */
         start_report(c, g, ACT_RAISE);
         return;
     }
