@@ -389,10 +389,10 @@ static void h_report(struct httpd_req *req, void *arg)
         return;
     char jm[WIRE_ERR_MAX] = "";
     json_t *j = httpd_req_json(req, jm, sizeof(jm));
-    json_t *list = json_is_array(j)                              ? j
-                   : json_is_array(json_object_get(j, "alarms")) ? json_object_get(j, "alarms")
-                   : json_is_object(j)                           ? NULL
-                                                                 : NULL;
+    /* a list, {"alarms": [...]}, or one alarm object (list NULL) */
+    json_t *list = json_is_array(j) ? j : json_object_get(j, "alarms");
+    if (!json_is_array(list))
+        list = NULL;
     char err[256] = "";
     size_t n = list ? json_array_size(list) : json_is_object(j) ? 1 : 0;
     struct report *rs = n ? xcalloc(n, sizeof(*rs)) : NULL;

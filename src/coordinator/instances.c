@@ -81,6 +81,7 @@ static struct inst_shared *shared_new(const struct brk_params *p)
     atomic_init(&s->refs, 1);
     pthread_mutex_init(&s->mu, NULL);
     brk_init(&s->brk, p);
+    atomic_init(&s->prec_last_ms, INT64_MIN);
     return s;
 }
 

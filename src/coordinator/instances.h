@@ -56,6 +56,10 @@ struct inst_shared {
     atomic_int refs;
     pthread_mutex_t mu;
     struct brk brk;
+    /* precision sampling (precision.h): when this instance's window was last claimed
+     * (CLOCK_MONOTONIC ms; INT64_MIN: never). Compare-and-swap by any worker, so one
+     * claim per window, with no lock on the request path. */
+    _Atomic int64_t prec_last_ms;
 };
 
 struct inst_endpoint {

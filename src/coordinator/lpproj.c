@@ -256,9 +256,19 @@ static int dict_keep(struct scan s, int k)
         if (!string(&s, NULL, NULL) || !eat(&s, ':'))
             return k + 1;
         ws(&s);
+        /* the input is not NUL-terminated: strtod reads a bounded copy of the span */
+        const char *num = s.p;
+        if (!value(&s, 1))
+            return k + 1;
+        char buf[64];
+        size_t nl = (size_t)(s.p - num);
+        if (nl == 0 || nl >= sizeof(buf))
+            return k + 1;
+        memcpy(buf, num, nl);
+        buf[nl] = '\0';
         char *end;
-        double v = strtod(s.p, &end);
-        if (end == s.p || end > s.e || !value(&s, 1))
+        double v = strtod(buf, &end);
+        if (end != buf + nl)
             return k + 1;
         if (i == 0 || i == k)
             lp[seen++] = v;

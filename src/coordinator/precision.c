@@ -5,6 +5,7 @@
 #include "common/strbuf.h"
 #include "common/util.h"
 #include "coordinator/coord_internal.h"
+#include "coordinator/instances.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -202,11 +203,26 @@ void prec_release(struct coord *c)
 
 /* ---- the worker side ---------------------------------------------------------------- */
 
-bool prec_claim(struct coord *c, const struct csettings *set, int64_t d_id, int64_t now_ms)
+bool prec_window_claim(_Atomic int64_t *last, int64_t interval_ms, int64_t now_ms)
+{
+    int64_t seen = atomic_load_explicit(last, memory_order_relaxed);
+    while (seen == INT64_MIN || now_ms - seen >= interval_ms) {
+        /* the one that moves it claims the window; a loser sees the new value */
+        if (atomic_compare_exchange_weak_explicit(last, &seen, now_ms, memory_order_acq_rel,
+                                                  memory_order_relaxed))
+            return true;
+    }
+    return false;
+}
+
+bool prec_claim(struct coord *c, const struct csettings *set, struct instance *d, int64_t now_ms)
 {
     struct prec *p = c->prec;
-    if (!p || !set->prec_enable)
+    if (!p || !set->prec_enable || !d)
         return false;
+    if (d->shared)
+        return prec_window_claim(&d->shared->prec_last_ms, set->prec_interval_ms, now_ms);
+    int64_t d_id = d->id;
     bool ok = false;
     pthread_mutex_lock(&p->mu);
     size_t i, oldest = 0;
@@ -499,8 +515,23 @@ static void probe_done(const struct httpc_response *resp, void *arg);
 static void probe_send(struct coord *c, struct prec_group *g)
 {
     struct prec_action *a = g->act;
-    char url[96], pin[128], auth[600];
-    snprintf(url, sizeof(url), "http://127.0.0.1:%u/v1/chat/completions", c->infer_port);
+    char url[320], pin[128], auth[600];
+    /* our own inference port, where it listens: the loopback unless bound elsewhere */
+    const char *h = c->cfg.host;
+    bool any = !h || !*h || strcmp(h, "0.0.0.0") == 0 || strcmp(h, "::") == 0;
+    bool v6 = !any && strchr(h, ':');
+    const struct ccfg_tls *t = &c->cfg.infer_tls;
+    snprintf(url, sizeof(url), "%s://%s%s%s:%u/v1/chat/completions", t->enable ? "https" : "http",
+             v6 ? "[" : "", any ? "127.0.0.1" : h, v6 ? "]" : "", c->infer_port);
+    /* Over TLS the probe is a client of our own port: it presents the port's own
+     * certificate (a mutual-TLS port whose CA signed it accepts it; one that does not
+     * fails the probe, and the alarm says so). The server is not verified: the address
+     * is this process's own listening socket, which nobody else can hold while we do, and
+     * its certificate names the service, not the loopback. */
+    struct httpc_tls tls = {.cert_file = t->cert_file,
+                            .key_file = t->key_file,
+                            .key_password = t->key_password,
+                            .insecure = true};
     snprintf(pin, sizeof(pin), "X-Motor-Precision-Probe: %s %lld %lld", c->prec->secret,
              (long long)g->p_id, (long long)g->d_id);
     const char *hdrs[3] = {pin, NULL, NULL};
@@ -521,6 +552,7 @@ static void probe_send(struct coord *c, struct prec_group *g)
         .headers = hdrs,
         .timeout_ms = c->cfg.prec_probe_timeout_ms,
         .max_response = 1 << 20,
+        .tls = t->enable ? &tls : NULL,
     };
     g->probe_attempts++;
     log_info("precision_probe", LF_INT("p_instance_id", g->p_id), LF_INT("d_instance_id", g->d_id),
@@ -532,8 +564,8 @@ static void probe_send(struct coord *c, struct prec_group *g)
 
 static void start_probe(struct coord *c, struct prec_group *g)
 {
-    if (c->cfg.prec_probe_attempts == 0 || c->cfg.infer_tls.enable) {
-        /* No probe (or none possible over plain HTTP): the alarm goes out at once. */
+    if (c->cfg.prec_probe_attempts == 0) {
+        /* No probe: the alarm goes out at once. */
         start_report(c, g, ACT_RAISE);
         return;
     }
@@ -614,8 +646,14 @@ static void report_done(const struct httpc_response *resp, void *arg);
 static void start_report(struct coord *c, struct prec_group *g, enum act_kind kind)
 {
     if (kind == ACT_RAISE) {
+        /* the address this coordinator is known by: its bind address, or the pod's
+         * when it listens on every interface */
+        const char *ip = c->cfg.host;
+        const char *pod = getenv("POD_IP");
+        if ((!ip || !*ip || !strcmp(ip, "0.0.0.0") || !strcmp(ip, "::")) && pod && *pod)
+            ip = pod;
         free(g->moi);
-        g->moi = prec_moi(c->cfg.host, g->p_id, g->d_id);
+        g->moi = prec_moi(ip ? ip : "", g->p_id, g->d_id);
     }
     struct prec_action *a = xcalloc(1, sizeof(*a));
     a->c = c;

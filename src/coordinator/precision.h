@@ -3,8 +3,8 @@
  * (docs/precision-detection.md).
  *
  *   worker        prec_claim: the decode instance's sampling window (one per instance,
- *                 shared by every worker under a mutex: one sampled request per
- *                 interval_seconds, never two from two workers);
+ *                 shared by every worker, claimed by compare-and-swap: one sampled
+ *                 request per interval_seconds, never two from two workers);
  *                 the proxy asks the engine for logprobs, projects them away for the
  *                 client (lpproj.h) and collects the sample (qcheck.h);
  *                 prec_submit after the answer completed: the sample goes to the
@@ -26,6 +26,7 @@
 
 #include "coordinator/qcheck.h"
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -64,9 +65,14 @@ void prec_release(struct coord *c);
 /* The management routes: POST /precision/alarm_cleared, GET /precision/status. */
 void prec_register_routes(struct coord *c);
 
-/* Worker: claim the sampling window of decode instance d_id at now_ms. True once per
- * interval per instance across every worker (when precision_check_enabled). */
-bool prec_claim(struct coord *c, const struct csettings *set, int64_t d_id, int64_t now_ms);
+/* Worker: claim the sampling window of decode instance d at now_ms. True once per
+ * interval per instance across every worker (when precision_check_enabled): a
+ * compare-and-swap on the instance's shared state (it outlives snapshots), or, for an
+ * instance without one, a table under a mutex. */
+struct instance;
+bool prec_claim(struct coord *c, const struct csettings *set, struct instance *d, int64_t now_ms);
+/* The same decision on a bare timestamp (for its unit test): claims *last at now. */
+bool prec_window_claim(_Atomic int64_t *last, int64_t interval_ms, int64_t now_ms);
 /* Worker: a completed sample of PD group (p_id, d_id); takes the accumulator (heap,
  * qck_acc_init'ed). Never fails visibly: a sample that cannot be posted is dropped. */
 void prec_submit(struct coord *c, int64_t p_id, int64_t d_id, struct qck_acc *take);

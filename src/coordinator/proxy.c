@@ -1904,7 +1904,7 @@ static void attempt(struct preq *pr)
     }
     if (!pr->sample_tried && !pr->probe && pr->set->prec_enable) {
         pr->sample_tried = true;
-        if (prec_claim(pr->c, pr->set, d->inst->id, now_ms(pr)))
+        if (prec_claim(pr->c, pr->set, d->inst, now_ms(pr)))
             sample_begin(pr);
     }
     switch (pr->mode) {

@@ -23,6 +23,13 @@ class Coord:
         self.mgmt_port = mgmt_port
         self.url = f"http://127.0.0.1:{infer_port}"
         self.mgmt = f"http://127.0.0.1:{mgmt_port}"
+        self.context: Any = None  # an ssl.SSLContext once the inference port is TLS
+
+    def use_tls(self, context: Any) -> None:
+        """The inference port serves TLS: chat, completion, metric and stop_clean go to
+        https with this client context (management stays plain)."""
+        self.url = f"https://127.0.0.1:{self.infer_port}"
+        self.context = context
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.proc, name)
@@ -48,13 +55,15 @@ class Coord:
 
     def completion(self, timeout: float = 20.0, headers: Optional[dict] = None,
                    **body: Any) -> Response:
-        return post(self.url + "/v1/completions", body, timeout, headers=headers)
+        return post(self.url + "/v1/completions", body, timeout, headers=headers,
+                    context=self.context)
 
     def chat(self, timeout: float = 20.0, headers: Optional[dict] = None, **body: Any) -> Response:
-        return post(self.url + "/v1/chat/completions", body, timeout, headers=headers)
+        return post(self.url + "/v1/chat/completions", body, timeout, headers=headers,
+                    context=self.context)
 
     def metric(self, name: str, labels: Optional[dict[str, str]] = None) -> float:
-        return metric_value(get(self.url + "/metrics").text, name, labels)
+        return metric_value(get(self.url + "/metrics", context=self.context).text, name, labels)
 
 
 def start_coordinator(procs: ProcRegistry, tmpdir: str, config: Optional[dict] = None,
@@ -158,7 +167,7 @@ def stop_clean(c: Coord, timeout: float = 15.0) -> None:
     """SIGTERM the coordinator: it must exit 0 with no sanitizer report (leaks included)."""
     # The request state machine met no event its table forbids (each would be a bug: an
     # exit path taken twice, a callback after the end); the log says the same.
-    text = get(c.url + "/metrics").text
+    text = get(c.url + "/metrics", context=getattr(c, "context", None)).text
     assert metric_value(text, "motor_coordinator_request_events_ignored_total") == 0, \
         [ln for ln in text.splitlines() if "events_ignored_total{" in ln]
     assert not c.proc.find_events("request_event_ignored")

@@ -2,10 +2,14 @@
 controller (the real controller's side is test_precision_controller.py): sampled answers
 are byte-identical to unsampled ones, each fault mode raises alarm 0xFC001009 within the
 threshold, the probe is pinned to the suspect engine, CLEAR after good samples reuses the
-moi, /precision/alarm_cleared and its bad bodies."""
+moi, /precision/alarm_cleared and its bad bodies; with a mutual-TLS inference port the
+probe is an https client of it, presenting the port's own certificate."""
 
 import json
+import os
 import re
+import ssl
+import subprocess
 
 import pytest
 
@@ -24,15 +28,30 @@ def prec_config(**over):
     return cfg
 
 
-def start(procs, tmp, ctl, workers=2, name="coordinator", **over):
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    """tests/fixtures/mkcerts.sh: ca.crt signed srv.* (server and client usage) and cli.*;
+    other-ca.crt signed other-srv.*."""
+    d = str(tmp_path_factory.mktemp("pki"))
+    subprocess.run([os.path.join(HERE, "..", "fixtures", "mkcerts.sh"), d], check=True,
+                   timeout=60)
+    return lambda name: os.path.join(d, name)
+
+
+def start(procs, tmp, ctl, workers=2, name="coordinator", deploy=None, **over):
     root = {"motor_controller_config": {"api_config": {"controller_api_dns": "127.0.0.1",
                                                        "controller_api_port": ctl.port}}}
+    if deploy:
+        root["motor_deploy_config"] = deploy
     return start_coordinator(procs, tmp, {"precision_detection_config": prec_config(**over)},
                              workers=workers, root=root, name=name)
 
 
 def samples(c, verdict=None):
-    return metric_value(get(c.url + "/metrics").text, "motor_coordinator_precision_samples_total",
+    return metric_value(get(c.url + "/metrics", context=c.context).text, "motor_coordinator_precision_samples_total",
                         {"verdict": verdict} if verdict else None)
 
 
@@ -286,3 +305,69 @@ def test_pd_group_alarm_and_byte_identical(procs, tmpdir_path):
             [(21, 22, 200)]
         stop_clean(sampled)
         stop_clean(plain)
+
+
+@pytest.mark.parametrize("port_cert", ["srv", "other-srv"])
+def test_probe_over_mutual_tls_inference_port(procs, tmpdir_path, pki, port_cert):
+    """The inference port is mutual TLS (ca_file: client certificates signed by ca.crt
+    required); the engines stay plain HTTP (engine_tls false). The probe is a client of
+    that port presenting the port's own cert_file/key_file: srv.crt, signed by ca.crt, is
+    accepted, the probe reaches the suspect engine over the PD route pinned to it and
+    gets an answer (200) without the expected one; other-srv.crt (another CA) is refused
+    at the handshake, and the alarm says both attempts failed. Either way the alarm goes
+    out (it used to go out with no probe at all on a TLS port)."""
+    good = start_sim(procs, "--model", "m", *FAST, name="good")
+    bad = start_sim(procs, "--model", "m", *FAST, name="bad")
+    tls = {"enable_tls": True, "cert_file": pki(port_cert + ".crt"),
+           "key_file": pki(port_cert + ".key"), "ca_file": pki("ca.crt"), "engine_tls": False}
+    # the clients here: cli.crt (signed by ca.crt), verifying the port's certificate
+    cli = ssl.create_default_context(cafile=pki("other-ca.crt" if port_cert == "other-srv"
+                                                else "ca.crt"))
+    cli.load_cert_chain(pki("cli.crt"), pki("cli.key"))
+    with FakeController() as ctl:
+        ctl.set("/controller/report_alarms", body={"code": 200, "message": "ok", "data": {}})
+        c = start(procs, tmpdir_path, ctl, deploy={"tls_config": {"infer_tls_config": tls}})
+        c.use_tls(cli)
+        c.set_instances([ext_instance(11, "union", good), ext_instance(12, "union", bad)])
+        # it is mutual TLS: no client certificate, no answer
+        nocert = ssl.create_default_context(cafile=pki("other-ca.crt" if port_cert ==
+                                                       "other-srv" else "ca.crt"))
+        with pytest.raises(OSError):  # ssl.SSLError / a reset, as urllib.error.URLError
+            r = post(c.url + "/v1/chat/completions", {"model": "m", "max_tokens": 4,
+                                                      "messages": [{"role": "user",
+                                                                    "content": "hi"}]},
+                     10, context=nocert)
+            raise AssertionError(f"answered without a client certificate: {r}")
+        bad.fault("garbled")
+        msgs = [{"role": "user", "content": "write a long story"}]
+        for i in range(40):
+            r = c.chat(model="m", messages=msgs, max_tokens=64, timeout=20)
+            assert r.status == 200, r
+            if alarms(ctl, "ALARM"):
+                break
+        a = ctl.wait_request("/controller/report_alarms", timeout=15).body[0]
+        assert a["alarm_id"] == "0xFC001009" and a["category"] == "ALARM"
+        assert a["instance_id"] == 12
+        assert a["additional_information"] == (
+            "precision_issue_count=3, probe_failure_count=2, p_instance_id=None, "
+            "d_instance_id=12")
+        probes = c.proc.find_events("precision_probe_done")
+        assert len(probes) == 2 and all(e["d_instance_id"] == 12 and not e["passed"]
+                                        for e in probes), probes
+
+        def per_engine():
+            # requests the engines served beyond the sampled client requests of each (a
+            # sample judged after the alarm may still be logging: counted on every poll)
+            n_bad = sum(e["d_instance_id"] == 12 for e in c.proc.find_events("precision_sample"))
+            return (sim_served(bad) - n_bad, sim_served(good) - (samples(c) - n_bad))
+        if port_cert == "srv":
+            # the port took the probe's certificate: both probes answered, by the bad engine
+            assert all(e["status"] == 200 for e in probes), probes
+            wait_for(lambda: per_engine() == (2, 0), timeout=5, what=f"{per_engine()}")
+        else:
+            # refused at the handshake: no HTTP status, an error, no engine saw a probe
+            assert all(e["status"] == 0 and e["error"] for e in probes), probes
+            wait_for(lambda: per_engine() == (0, 0), timeout=5, what=f"{per_engine()}")
+        groups = status(c)["groups"]
+        assert [(g["d_instance_id"], g["state"]) for g in groups] == [(12, "alarmed")], groups
+        stop_clean(c)

@@ -9,12 +9,13 @@ report_alarms and terminate_instance refuse bad bodies with 400/404/409."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 import pytest
 
 import motorlib
-from ctl_fakes import Controller, call, controller_config
+from ctl_fakes import Controller, Etcd, call, controller_config, etcd_available
 from ctl_fakes.e2e import sim_nm
 from coord_helpers import metric_value
 
@@ -224,3 +225,43 @@ def test_manual_clear_through_terminate_instance(procs, tmpdir_path):
         rc = p.stop(15)
         out = p.output()
         assert rc == 0 and "Sanitizer" not in out and "runtime error:" not in out, p.tail(40)
+
+
+def _alarm(d, moi, category="ALARM"):
+    return {"alarm_id": "0xFC001009", "alarm_name": "Precision Anomaly Alarm",
+            "category": category, "severity": "MAJOR", "event_type": "PROCESSING_ERROR",
+            "instance_id": d, "p_instance_id": "", "moi": moi,
+            "additional_information": f"precision_issue_count=3, probe_failure_count=0, "
+                                      f"p_instance_id=None, d_instance_id={d}"}
+
+
+@pytest.mark.skipif(not etcd_available() and os.environ.get("MOTOR_REQUIRE_ETCD") != "1",
+                    reason="etcd not installed")
+def test_alarm_state_survives_restart_on_etcd(procs, tmpdir_path):
+    """The same persistence with the etcd store: records under <prefix>precision/<seq>,
+    active and cleared ones both back after a restart, the CLEAR's moi checked against
+    the reloaded raise."""
+    e = Etcd(procs)
+    cfg = controller_config(tmpdir_path, motorlib.free_port(),
+                            store={"backend": "etcd", "etcd_endpoints": [e.url],
+                                   "etcd_prefix": "/prec-test/", "etcd_lease_ttl": 2,
+                                   "leader_retry_interval": 0.2})
+    c = Controller(procs, cfg, name="controller-1")
+    m1, m2 = "service name=Coordinator, service ip=10.0.0.1, instanceId=7", \
+        "service name=Coordinator, service ip=10.0.0.1, instanceId=8"
+    for body in ([_alarm(7, m1)], {"alarms": [_alarm(8, m2)]}, _alarm(8, m2, "CLEAR")):
+        st, out = c.post("/controller/report_alarms", body)
+        assert st == 200, out
+    motorlib.wait_for(lambda: len([k for k in e.keys("/prec-test/") if "/precision/" in k]) == 2,
+                      5, what="two records in etcd")
+    rc = c.proc.stop(10)
+    assert rc == 0, c.proc.tail()
+    c2 = Controller(procs, cfg, name="controller-2", port=c.port)
+    body = alarms(c2)
+    assert [a["moi"] for a in body["active"]] == [m1]
+    assert [(a["moi"], a["cleared_by"]) for a in body["recent"]] == [(m2, "coordinator")]
+    st, out = c2.post("/controller/report_alarms", _alarm(7, m1 + " ", "CLEAR"))
+    assert st == 409, out
+    st, out = c2.post("/controller/report_alarms", _alarm(7, m1, "CLEAR"))
+    assert st == 200, out
+    assert alarms(c2, active=True)["active"] == []

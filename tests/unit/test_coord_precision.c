@@ -7,6 +7,8 @@
 
 #include "coordinator/precision.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -65,8 +67,57 @@ static void test_moi(void **state)
     free(m);
 }
 
+/* One claim per window, whoever asks; the first ever claim always wins. */
+static void test_window(void **state)
+{
+    (void)state;
+    _Atomic int64_t last = INT64_MIN;
+    assert_true(prec_window_claim(&last, 30000, -5)); /* monotonic time may be anything */
+    assert_false(prec_window_claim(&last, 30000, -5));
+    assert_false(prec_window_claim(&last, 30000, 29994));
+    assert_true(prec_window_claim(&last, 30000, 29995));
+    assert_false(prec_window_claim(&last, 30000, 29995));
+    /* interval 0: every request */
+    assert_true(prec_window_claim(&last, 0, 29995));
+    assert_true(prec_window_claim(&last, 0, 29995));
+}
+
+/* Threads racing for one window: exactly one claim per window. */
+struct race {
+    _Atomic int64_t *last;
+    _Atomic int *wins;
+};
+
+static void *racer(void *arg)
+{
+    struct race *r = arg;
+    for (int64_t t = 0; t < 20000; t++)
+        if (prec_window_claim(r->last, 1000, t))
+            atomic_fetch_add(r->wins, 1);
+    return NULL;
+}
+
+static void test_window_race(void **state)
+{
+    (void)state;
+    _Atomic int64_t last = INT64_MIN;
+    _Atomic int wins = 0;
+    struct race r = {&last, &wins};
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++)
+        pthread_create(&th[i], NULL, racer, &r);
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    /* windows start at 0, 1000, ..., 19000 at the earliest: at most 20 claims, and at
+     * least one per 2000 ms whatever the interleaving */
+    assert_true(atomic_load(&wins) <= 20);
+    assert_true(atomic_load(&wins) >= 10);
+}
+
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_table), cmocka_unit_test(test_moi)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_table), cmocka_unit_test(test_moi),
+                                       cmocka_unit_test(test_window),
+                                       cmocka_unit_test(test_window_race)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
