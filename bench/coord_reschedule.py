@@ -5,14 +5,17 @@ the same engines, side by side.
 
 Two union `motor engine-sim`s (10 tokens/s per stream, answers of 8..127 tokens) behind
 the proxy; N concurrent streams (completions and chat, different prompts) start at once;
-`--kill-after` seconds later one engine is SIGKILLed. Every answer is checked against the
+`--kill-after` seconds later one engine is SIGKILLed (`--fault hang`: hung — alive,
+accepting, answering nothing; the coordinator's inter_token_timeout is 1 s here, nginx's
+proxy_read_timeout 10 s). Every answer is checked against the
 fault-free reference (the same request to a third simulator, not streamed): a lost
 answer is a non-200, an in-band error, a stream without [DONE], or a text that differs.
 The added latency of a rescheduled answer is the longest pause between two of its events
 minus the engines' inter-token interval (client-side, p50/p99 over the answers that
 paused more than 3 intervals).
 
-usage: bench/coord_reschedule.py [--streams 500] [--kill-after 2] [--motor PATH]
+usage: bench/coord_reschedule.py [--streams 500] [--kill-after 2] [--fault kill|hang]
+                                 [--motor PATH]
        (motor-bench-plugin: 1)
 Environment: BENCH_RESCHED_STREAMS (default 500, quick 200). Needs nginx for the peer
 column. Standard library only; everything on 127.0.0.1; leaves nothing behind.
@@ -66,7 +69,7 @@ http {{
             proxy_http_version 1.1;
             proxy_set_header Connection "";
             proxy_buffering off;
-            proxy_read_timeout 120s;
+            proxy_read_timeout 10s;
         }}
     }}
 }}
@@ -164,7 +167,14 @@ def run_load(port: int, reqs, refs, kill, kill_after: float) -> dict:
     return {"lost": lost, "whys": whys, "added_ms": added}
 
 
-def run_once(motor: str, n: int, kill_after: float, peer: bool) -> dict:
+def fault_fn(sim, fault: str):
+    """The fault: SIGKILL, or the simulator's hang (alive, answering nothing)."""
+    if fault == "hang":
+        return lambda: sim.fault("hang")
+    return lambda: sim.proc.signal(signal.SIGKILL)
+
+
+def run_once(motor: str, n: int, kill_after: float, peer: bool, fault: str = "kill") -> dict:
     os.environ["MOTOR_BIN"] = motor
     tmp = tempfile.mkdtemp(prefix="motor-resched-")
     reg = motorlib.ProcRegistry(tmp)
@@ -180,10 +190,11 @@ def run_once(motor: str, n: int, kill_after: float, peer: bool) -> dict:
         # the coordinator
         a = motorlib.start_sim(reg, "--model", "m", *slow, name="doomed")
         b = motorlib.start_sim(reg, "--model", "m", *slow, name="survivor")
-        c = start_coordinator(reg, tmp, {"exception_config": {"retry_delay": 0.05}}, workers=2)
+        c = start_coordinator(reg, tmp, {"exception_config": {"retry_delay": 0.05},
+                                         "reschedule_config": {"inter_token_timeout": 1}},
+                              workers=2)
         c.set_instances([ext_instance(1, "union", a), ext_instance(2, "union", b)])
-        out["motor"] = run_load(c.infer_port, reqs, refs, lambda: a.proc.signal(signal.SIGKILL),
-                                kill_after)
+        out["motor"] = run_load(c.infer_port, reqs, refs, fault_fn(a, fault), kill_after)
         out["motor"]["gap_ms"] = [float(e["gap_ms"]) for e in c.proc.find_events("stream_resumed")]
         c.proc.stop(15)
         if peer and shutil.which("nginx"):
@@ -200,8 +211,7 @@ def run_once(motor: str, n: int, kill_after: float, peer: bool) -> dict:
             ng = reg.start([shutil.which("nginx"), "-c", conf, "-p", ndir, "-g", "daemon off;"],
                            name="nginx")
             motorlib.wait_http(f"http://127.0.0.1:{port}/health", 200, timeout=10)
-            out["nginx"] = run_load(port, reqs, refs, lambda: a2.proc.signal(signal.SIGKILL),
-                                    kill_after)
+            out["nginx"] = run_load(port, reqs, refs, fault_fn(a2, fault), kill_after)
             ng.stop(10)
         return out
     finally:
@@ -214,10 +224,11 @@ def main() -> int:
     ap.add_argument("--streams", type=int, default=0)
     ap.add_argument("--kill-after", type=float, default=2.0)
     ap.add_argument("--no-peer", action="store_true")
+    ap.add_argument("--fault", choices=("kill", "hang"), default="kill")
     ap.add_argument("--motor", default=None)
     a = plugin.args(ap)
     n = a.streams or int(os.environ.get("BENCH_RESCHED_STREAMS", "0")) or (200 if a.quick else 500)
-    runs = [run_once(a.motor, n, a.kill_after, not a.no_peer) for _ in range(a.reps)]
+    runs = [run_once(a.motor, n, a.kill_after, not a.no_peer, a.fault) for _ in range(a.reps)]
     lost = [r["motor"]["lost"] for r in runs]
     peer_lost = [r["nginx"]["lost"] for r in runs if "nginx" in r]
     added = [x for r in runs for x in r["motor"]["added_ms"]]
@@ -226,15 +237,17 @@ def main() -> int:
     g99 = plugin.pct(gaps, 99) if gaps else None
     p50 = plugin.pct(added, 50) if added else None
     p99 = plugin.pct(added, 99) if added else None
+    what = "SIGKILLed" if a.fault == "kill" else "hung (alive, silent)"
     work = (f"{n} concurrent streams ({TPS} tokens/s each) over 2 union engine-sims, one "
-            f"SIGKILLed {a.kill_after:g} s in")
+            f"{what} {a.kill_after:g} s in")
     notes = [f"lost = non-200, in-band error, no [DONE] or text unlike the fault-free "
              f"reference; {len(gaps)} answers rescheduled: failure → continuation's first "
              f"byte p50 {g50} ms, p99 {g99} ms (coordinator's stream_resumed gap_ms); longest "
              f"pause the client saw minus the token interval p50 {p50 and round(p50)} ms, p99 "
              f"{p99 and round(p99)} ms ({len(added)} answers paused > 3 intervals)"]
     plugin.emit(a, [
-        plugin.row("coord.reschedule.lost", "Engine killed mid-stream", work,
+        plugin.row(f"coord.reschedule.lost{'' if a.fault == 'kill' else '.' + a.fault}",
+                   f"Engine {'killed' if a.fault == 'kill' else 'hung'} mid-stream", work,
                    "answers lost", "answers", lost, peer_name="nginx reverse proxy",
                    peer=peer_lost or None, target="0", notes=notes,
                    extra={"added_ms_p50": p50, "added_ms_p99": p99, "gap_ms_p50": g50,

@@ -74,6 +74,10 @@ class Fault:
         return f"{self.kind}({self.target}{', ' + self.detail if self.detail else ''})"
 
 
+# Faults of one engine: with another route left, the coordinator continues every stream
+# such a fault interrupts (mid-stream rescheduling), so none may reach a client cut.
+ENGINE_SIDE = {"engine_kill", "worker_kill", "engine_hang", "engine_stop", "engine_error"}
+
 KINDS_CONTROLLER = ["engine_kill", "engine_stop", "worker_kill", "engine_hang", "engine_error",
                     "nm_kill", "nm_stop", "controller_kill", "controller_stop",
                     "coordinator_kill", "coordinator_stop", "net_cut", "relaunch_controller_kill"]
@@ -513,6 +517,7 @@ class Run:
         self.recovery_s: dict[str, list[float]] = defaultdict(list)
         self.noticed: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # [withdrawn, not]
         self.engines_kept: Counter = Counter()  # control-plane rounds: engines untouched
+        self.streams_kept: Counter = Counter()  # single engine-fault rounds: no stream cut
         self.rounds = 0
         self.client_reports: list[dict] = []
         self.modes_run: list[dict] = []
@@ -703,6 +708,15 @@ class Run:
         for f in faults:
             self.recovered[f.kind] += 1
             self.recovery_s[f.kind].append(total)
+        if len(faults) == 1 and faults[0].kind in ENGINE_SIDE:
+            # one engine's fault: every stream it interrupted was continued elsewhere
+            end = time.monotonic()
+            cut = [c for c in client.snapshot()["cuts"] if c[1] >= start and c[1] <= end]
+            for c0, c1 in cut:
+                self.violate(f"round {r}: {faults[0]!r} cut a stream (started {c0 - start:+.1f}s, "
+                             f"cut {c1 - start:+.1f}s from the fault): mid-stream rescheduling "
+                             f"should have continued it")
+            self.streams_kept["rounds"] += 1
         if all(f.control_plane for f in faults):
             after = {p.name: fleet.engine_pids(p) for p in fleet.pods}
             if after != engines_before:
@@ -801,6 +815,9 @@ class Run:
         if self.engines_kept:
             lines.append(f"control-plane-only rounds that left every engine running: "
                          f"{self.engines_kept['rounds']}")
+        if self.streams_kept:
+            lines.append(f"single engine-fault rounds checked for cut streams (none allowed): "
+                         f"{self.streams_kept['rounds']}")
         for m in self.modes_run:
             lines.append(f"[{m['mode']}] rounds {m['rounds']}, daemon restarts "
                          f"{m.get('restarts')}, node-manager 255 exits {m.get('nm_suicides', 0)}"
@@ -819,6 +836,7 @@ class Run:
             "skipped": dict(self.skipped),
             "noticed": {k: {"withdrawn": v[0], "not": v[1]} for k, v in self.noticed.items()},
             "control_plane_rounds_engines_kept": self.engines_kept["rounds"],
+            "engine_fault_rounds_streams_checked": self.streams_kept["rounds"],
             "recovery_seconds": {k: v for k, v in self.recovery_s.items()},
             "requests": dict(total_req), "http_status": dict(http_status),
             "per_mode": [{k: v for k, v in m.items() if k != "client"} for m in self.modes_run],

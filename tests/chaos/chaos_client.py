@@ -138,6 +138,9 @@ class Client:
         self.http_status: Counter = Counter()
         self.violations: list[dict] = []
         self.client_errors: list[dict] = []  # 4xx answers to valid requests (samples)
+        # streams that began (200, events) and were cut: (start, end) monotonic times, for
+        # the driver's check that an engine fault alone never cuts one (rescheduling)
+        self.cuts: list[tuple[float, float]] = []
         self.last_answer: dict[tuple, str] = {}
         self.last_ok_at = 0.0
         self._stop = threading.Event()
@@ -182,6 +185,7 @@ class Client:
     def one(self, api: str, prompt: str, mt: int, stream: bool, usage: bool,
             timeout: Optional[float] = None, record: bool = True) -> str:
         ref = self.ref.get(api, prompt, mt)
+        t0 = time.monotonic()
         body = json.dumps(_body(api, prompt, mt, stream, self.model, usage)).encode()
         req = urllib.request.Request(self.base + _path(api), data=body, method="POST",
                                      headers={"Content-Type": "application/json"})
@@ -216,6 +220,9 @@ class Client:
                 outcome = self._check_stream(resp, api, prompt, mt, ref, record)
             else:
                 outcome = self._check_plain(resp, api, prompt, mt, ref, record)
+        if outcome == "truncated" and stream and record:
+            with self.lock:
+                self.cuts.append((t0, time.monotonic()))
         if outcome == "ok" and record:
             self._count("ok")
             with self.lock:
@@ -378,5 +385,6 @@ class Client:
     def snapshot(self) -> dict:
         with self.lock:
             return {"stats": dict(self.stats), "http_status": dict(self.http_status),
+                    "cuts": list(self.cuts),
                     "violations": list(self.violations),
                     "client_errors": list(self.client_errors)}

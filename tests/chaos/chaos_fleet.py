@@ -472,6 +472,8 @@ class Fleet:
                                  "circuit_breaker_max_open_timeout": 4},
             "timeout_config": {"first_token_timeout": 6, "infer_timeout": 15,
                                "upstream_connect_timeout": 1, "graceful_shutdown_timeout": 2},
+            # a hung or stopped engine's streams continue elsewhere after 2 s of silence
+            "reschedule_config": {"enable": True, "inter_token_timeout": 2},
             "inference_workers_config": {"num_workers": 1}}}
         if self.n_coordinators > 1:
             # the lease like the controller's (4 s), renewed every second
