@@ -64,6 +64,13 @@ struct csettings *csettings_new(const struct ccfg *cfg, uint64_t version)
         s->engine_tls_opts.key_file = t->key_file ? xstrdup(t->key_file) : NULL;
         s->engine_tls_opts.key_password = t->key_password ? xstrdup(t->key_password) : NULL;
     }
+    s->self_tls = t->enable;
+    if (s->self_tls) {
+        s->self_tls_opts.cert_file = t->cert_file ? xstrdup(t->cert_file) : NULL;
+        s->self_tls_opts.key_file = t->key_file ? xstrdup(t->key_file) : NULL;
+        s->self_tls_opts.key_password = t->key_password ? xstrdup(t->key_password) : NULL;
+        s->self_tls_opts.insecure = true;
+    }
     int64_t shortest = MOTOR_MIN(s->first_token_timeout_ms, s->infer_timeout_ms);
     if (s->inter_token_timeout_ms > 0)
         shortest = MOTOR_MIN(shortest, s->inter_token_timeout_ms);
@@ -78,6 +85,16 @@ struct csettings *csettings_ref(struct csettings *s)
     return s;
 }
 
+static void tls_opts_free(struct httpc_tls *t)
+{
+    free((char *)t->ca_file);
+    free((char *)t->cert_file);
+    free((char *)t->key_file);
+    if (t->key_password)
+        explicit_bzero((char *)t->key_password, strlen(t->key_password));
+    free((char *)t->key_password);
+}
+
 void csettings_unref(struct csettings *s)
 {
     if (!s || atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) != 1)
@@ -87,13 +104,8 @@ void csettings_unref(struct csettings *s)
         free(s->api_keys[i]);
     }
     free(s->api_keys);
-    struct httpc_tls *t = &s->engine_tls_opts;
-    free((char *)t->ca_file);
-    free((char *)t->cert_file);
-    free((char *)t->key_file);
-    if (t->key_password)
-        explicit_bzero((char *)t->key_password, strlen(t->key_password));
-    free((char *)t->key_password);
+    tls_opts_free(&s->engine_tls_opts);
+    tls_opts_free(&s->self_tls_opts);
     free(s->conductor);
     free(s);
 }

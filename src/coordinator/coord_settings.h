@@ -62,6 +62,11 @@ struct csettings {
      * (owned copies); engine_tls false = plain http:// */
     bool engine_tls;
     struct httpc_tls engine_tls_opts;
+    /* infer_tls_config on: a fan-out's parts are https requests to our own inference
+     * port, presenting its certificate (owned copies; not verifying the server, which is
+     * this process's own listening socket) */
+    bool self_tls;
+    struct httpc_tls self_tls_opts;
     /* derived: the deadline sweep's period, a tenth of the shortest timeout, 10..100 ms */
     int64_t sweep_ms;
 };

@@ -391,8 +391,10 @@ static void fanout_next(struct fanout *f)
         host = "127.0.0.1";
     bool v6 = strchr(host, ':') != NULL;
     char url[200];
-    snprintf(url, sizeof(url), "http://%s%s%s:%u%s", v6 ? "[" : "", host, v6 ? "]" : "",
-             (unsigned)c->infer_port, f->chat ? "/v1/chat/completions" : "/v1/completions");
+    const struct csettings *set = proxy_settings(f->w);
+    snprintf(url, sizeof(url), "%s://%s%s%s:%u%s", set->self_tls ? "https" : "http", v6 ? "[" : "",
+             host, v6 ? "]" : "", (unsigned)c->infer_port,
+             f->chat ? "/v1/chat/completions" : "/v1/completions");
     int per = f->best_of > f->n ? f->best_of : f->n;
     while (f->inflight < FANOUT_INFLIGHT && f->next < f->n_subs && !f->ended) {
         struct sub *s = &f->subs[f->next++];
@@ -417,6 +419,7 @@ static void fanout_next(struct fanout *f)
             .max_response = FANOUT_RESP_MAX,
             .on_status = sub_on_status,
             .on_chunk = f->stream ? sub_on_chunk : NULL,
+            .tls = set->self_tls ? &set->self_tls_opts : NULL,
         };
         f->inflight++;
         s->h = httpc_request(f->w->httpc, &o, sub_done, s);
@@ -489,8 +492,6 @@ void fanout_start(struct coord_worker *w, struct httpd_req *req, bool chat, json
         why = "a streamed fan-out takes at most 16 choices × prompts";
     else if (stream && best_of > n)
         why = "best_of is not supported with stream (as vLLM)";
-    else if (w->c->cfg.infer_tls.enable)
-        why = "n > 1 and batch prompts in PD mode need a plain inference port";
     if (why) {
         json_decref(body);
         coord_count_error(w->c, CAUSE_BAD_REQUEST);

@@ -9,6 +9,7 @@
 
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -65,3 +66,14 @@ def procs(request, tmpdir_path, motor):
 # Log events of the state tables' "illegal event, ignored" path (ctl_fsm.c, reqfsm.c).
 IGNORED_EVENT_LOGS = ("state_event_ignored", "request_event_ignored", "engine_event_ignored",
                       "nm_phase_event_ignored")
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    """A throwaway PKI from tests/fixtures/mkcerts.sh: ca.crt signed srv.* (server and
+    client usage) and cli.*; other-ca.crt signed other-srv.*. pki(name) is a file's path."""
+    d = str(tmp_path_factory.mktemp("pki"))
+    mkcerts = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures",
+                           "mkcerts.sh")
+    subprocess.run([mkcerts, d], check=True, timeout=60)
+    return lambda name: os.path.join(d, name)

@@ -4,10 +4,11 @@ streams interleave with correct indices; the client leaving cancels every part."
 
 import json
 import socket
+import ssl
 import time
 
-from coord_helpers import (FAST, ext_instance, no_internal_fields, sim_aborted, start_coordinator,
-                           stop_clean)
+from coord_helpers import (FAST, ext_instance, no_internal_fields, sim_aborted, sim_served,
+                           start_coordinator, stop_clean)
 from motorlib import SSEStream, start_sim, wait_for
 
 
@@ -83,6 +84,46 @@ def test_n_batch_and_best_of(procs, tmpdir_path):
     # a streamed best_of is refused as vLLM does
     r = c.completion(model="m", prompt="x", max_tokens=3, n=1, best_of=2, stream=True)
     assert r.status == 400, r
+    stop_clean(c)
+
+
+def test_fan_out_over_a_mutual_tls_inference_port(procs, tmpdir_path, pki):
+    """The inference port is mutual TLS (engines plain): the parts are https requests to
+    that port presenting its own certificate (signed by its ca_file), so n > 1, batches
+    and streamed n work as on a plain port (they used to be refused with 400)."""
+    p = start_sim(procs, "--model", "m", *FAST, name="prefill")
+    d = start_sim(procs, "--model", "m", *FAST, name="decode")
+    ref = start_sim(procs, "--model", "m", *FAST, name="reference")
+    tls = {"enable_tls": True, "cert_file": pki("srv.crt"), "key_file": pki("srv.key"),
+           "ca_file": pki("ca.crt"), "engine_tls": False}
+    c = start_coordinator(procs, tmpdir_path, {}, workers=2,
+                          root={"motor_deploy_config": {"tls_config": {"infer_tls_config": tls}}})
+    cli = ssl.create_default_context(cafile=pki("ca.crt"))
+    cli.load_cert_chain(pki("cli.crt"), pki("cli.key"))
+    c.use_tls(cli)
+    c.set_instances([ext_instance(1, "prefill", p), ext_instance(2, "decode", d)],
+                    dispatch_capabilities=["prefill_handoff_decode"])
+    one = ref.completion(model="m", prompt="fan me out", max_tokens=6).json()
+    r = c.completion(model="m", prompt=["fan me out", "fan me out"], max_tokens=6, n=2)
+    assert r.status == 200, r
+    j = r.json()
+    assert [ch["index"] for ch in j["choices"]] == [0, 1, 2, 3]
+    assert all(ch["text"] == one["choices"][0]["text"] for ch in j["choices"])
+    assert j["usage"]["completion_tokens"] == 24
+    s = SSEStream(c.url + "/v1/chat/completions",
+                  {"model": "m", "messages": [{"role": "user", "content": "hi"}], "n": 2,
+                   "max_tokens": 5, "stream": True}, context=cli)
+    assert s.status == 200
+    texts = {}
+    for ch in s.all():
+        for x in ch["choices"]:
+            texts[x["index"]] = texts.get(x["index"], "") + (x["delta"].get("content") or "")
+    chat_one = ref.chat(model="m", messages=[{"role": "user", "content": "hi"}],
+                        max_tokens=5).json()
+    assert texts == {0: chat_one["choices"][0]["message"]["content"],
+                     1: chat_one["choices"][0]["message"]["content"]}
+    # every part went through the PD route: 4 + 2 decode legs
+    wait_for(lambda: sim_served(d) >= 6, 5, what="six decode legs")
     stop_clean(c)
 
 

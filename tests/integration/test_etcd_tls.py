@@ -25,15 +25,6 @@ from ctl_fakes import Controller, Etcd, FakeCoordinator, controller_config, etcd
 pytestmark = pytest.mark.skipif(not etcd_available() and os.environ.get("MOTOR_REQUIRE_ETCD") != "1",
                                 reason="etcd not installed")
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-MKCERTS = os.path.join(HERE, "..", "fixtures", "mkcerts.sh")
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory):
-    d = str(tmp_path_factory.mktemp("pki"))
-    subprocess.run([MKCERTS, d], check=True, timeout=60)
-    return lambda name: os.path.join(d, name)
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ import json
 import os
 import re
 import ssl
-import subprocess
 
 import pytest
 
@@ -28,17 +27,6 @@ def prec_config(**over):
     return cfg
 
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory):
-    """tests/fixtures/mkcerts.sh: ca.crt signed srv.* (server and client usage) and cli.*;
-    other-ca.crt signed other-srv.*."""
-    d = str(tmp_path_factory.mktemp("pki"))
-    subprocess.run([os.path.join(HERE, "..", "fixtures", "mkcerts.sh"), d], check=True,
-                   timeout=60)
-    return lambda name: os.path.join(d, name)
 
 
 def start(procs, tmp, ctl, workers=2, name="coordinator", deploy=None, **over):

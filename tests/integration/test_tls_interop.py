@@ -30,8 +30,6 @@ import pytest
 import motorlib
 from fake_controller import nm_config, start_body, start_nm, write_json
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-MKCERTS = os.path.join(HERE, "..", "fixtures", "mkcerts.sh")
 
 
 def nginx_bin():
@@ -39,13 +37,6 @@ def nginx_bin():
         if p and os.access(p, os.X_OK):
             return p
     raise FileNotFoundError("nginx is required (scripts/deps.sh installs it)")
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory):
-    d = str(tmp_path_factory.mktemp("pki"))
-    subprocess.run([MKCERTS, d], check=True, timeout=60)
-    return lambda name: os.path.join(d, name)
 
 
 def tls_nm(procs, tmpdir_path, pki, *, ca=True, crl=False, standalone=True, controller_port=1,
