@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,19 +18,28 @@
 #define MAX_TOKENS (1u << 22)
 
 /* One block known on one endpoint. Indices, not pointers: the pool grows by realloc. */
+/* A list threaded through x->v by 32-bit index (an entry is on two: the global LRU and
+ * its slot's); common/list.h's pointers would double the size of an entry. */
+struct ilink {
+    uint32_t prev, next;
+};
+struct ilist {
+    uint32_t head, tail; /* most recently stored first */
+};
+
 struct kvb {
     uint64_t eh;  /* digest of the engine's block hash */
     uint64_t key; /* our chain key */
     uint32_t slot;
-    uint32_t lru_prev, lru_next; /* global, most recently stored first */
-    uint32_t s_prev, s_next;     /* the slot's entries */
-    uint32_t next_e, next_k;     /* hash chains (by slot+eh, by key); next_e = free list */
+    struct ilink lru;        /* global, most recently stored first */
+    struct ilink sl;         /* the slot's entries */
+    uint32_t next_e, next_k; /* hash chains (by slot+eh, by key); next_e = free list */
 };
 
 struct kvslot {
     char *hostport; /* NULL = free */
     int block_size;
-    uint32_t head, tail; /* most recently stored first */
+    struct ilist list;
     size_t n;
 };
 
@@ -41,7 +51,7 @@ struct kvidx {
     uint32_t free_head;
     uint32_t *be, *bk; /* bucket heads */
     size_t nb;         /* power of two */
-    uint32_t lru_head, lru_tail;
+    struct ilist lru;
     struct kvslot slots[KVIDX_MAX_SLOTS];
     size_t n_slots; /* high-water mark of used slot numbers */
     size_t live_slots;
@@ -118,7 +128,7 @@ struct kvidx *kvidx_new(size_t max_blocks)
     x->bk = xmalloc(x->nb * sizeof(uint32_t));
     for (size_t i = 0; i < x->nb; i++)
         x->be[i] = x->bk[i] = NIL;
-    x->free_head = x->lru_head = x->lru_tail = NIL;
+    x->free_head = x->lru.head = x->lru.tail = NIL;
     for (size_t i = 0; i < SLOT_MAP; i++)
         x->map[i] = -1;
     return x;
@@ -156,57 +166,39 @@ static void chain_unlink(struct kvidx *x, uint32_t *head, uint32_t i, bool by_ke
         *pp = by_key ? x->v[i].next_k : x->v[i].next_e;
 }
 
-static void lru_unlink(struct kvidx *x, uint32_t i)
+/* The link of entry i at offset off (offsetof(struct kvb, lru) or sl). */
+static struct ilink *ilink_of(struct kvidx *x, uint32_t i, size_t off)
 {
-    struct kvb *b = &x->v[i];
-    if (b->lru_prev != NIL)
-        x->v[b->lru_prev].lru_next = b->lru_next;
-    else
-        x->lru_head = b->lru_next;
-    if (b->lru_next != NIL)
-        x->v[b->lru_next].lru_prev = b->lru_prev;
-    else
-        x->lru_tail = b->lru_prev;
+    return (struct ilink *)((char *)&x->v[i] + off);
 }
 
-static void lru_push(struct kvidx *x, uint32_t i)
+static void ilist_unlink(struct kvidx *x, struct ilist *l, uint32_t i, size_t off)
 {
-    struct kvb *b = &x->v[i];
-    b->lru_prev = NIL;
-    b->lru_next = x->lru_head;
-    if (x->lru_head != NIL)
-        x->v[x->lru_head].lru_prev = i;
-    x->lru_head = i;
-    if (x->lru_tail == NIL)
-        x->lru_tail = i;
+    struct ilink *k = ilink_of(x, i, off);
+    if (k->prev != NIL)
+        ilink_of(x, k->prev, off)->next = k->next;
+    else
+        l->head = k->next;
+    if (k->next != NIL)
+        ilink_of(x, k->next, off)->prev = k->prev;
+    else
+        l->tail = k->prev;
 }
 
-static void slot_unlink(struct kvidx *x, uint32_t i)
+static void ilist_push(struct kvidx *x, struct ilist *l, uint32_t i, size_t off)
 {
-    struct kvb *b = &x->v[i];
-    struct kvslot *s = &x->slots[b->slot];
-    if (b->s_prev != NIL)
-        x->v[b->s_prev].s_next = b->s_next;
-    else
-        s->head = b->s_next;
-    if (b->s_next != NIL)
-        x->v[b->s_next].s_prev = b->s_prev;
-    else
-        s->tail = b->s_prev;
+    struct ilink *k = ilink_of(x, i, off);
+    k->prev = NIL;
+    k->next = l->head;
+    if (l->head != NIL)
+        ilink_of(x, l->head, off)->prev = i;
+    l->head = i;
+    if (l->tail == NIL)
+        l->tail = i;
 }
 
-static void slot_push(struct kvidx *x, uint32_t i)
-{
-    struct kvb *b = &x->v[i];
-    struct kvslot *s = &x->slots[b->slot];
-    b->s_prev = NIL;
-    b->s_next = s->head;
-    if (s->head != NIL)
-        x->v[s->head].s_prev = i;
-    s->head = i;
-    if (s->tail == NIL)
-        s->tail = i;
-}
+#define LRU_OFF offsetof(struct kvb, lru)
+#define SLOT_OFF offsetof(struct kvb, sl)
 
 static void drop(struct kvidx *x, uint32_t i)
 {
@@ -214,15 +206,8 @@ static void drop(struct kvidx *x, uint32_t i)
     struct kvslot *s = &x->slots[b->slot];
     chain_unlink(x, &x->be[be_bucket(x, b->slot, b->eh)], i, false);
     chain_unlink(x, &x->bk[bk_bucket(x, b->key)], i, true);
-    lru_unlink(x, i);
-    if (b->s_prev != NIL)
-        x->v[b->s_prev].s_next = b->s_next;
-    else
-        s->head = b->s_next;
-    if (b->s_next != NIL)
-        x->v[b->s_next].s_prev = b->s_prev;
-    else
-        s->tail = b->s_prev;
+    ilist_unlink(x, &x->lru, i, LRU_OFF);
+    ilist_unlink(x, &s->list, i, SLOT_OFF);
     s->n--;
     b->slot = NIL;
     b->next_e = x->free_head;
@@ -232,8 +217,8 @@ static void drop(struct kvidx *x, uint32_t i)
 
 static uint32_t alloc_entry(struct kvidx *x, struct kvidx_stats *st)
 {
-    if (x->entries >= x->max_blocks && x->lru_tail != NIL) {
-        drop(x, x->lru_tail);
+    if (x->entries >= x->max_blocks && x->lru.tail != NIL) {
+        drop(x, x->lru.tail);
         st->evicted++;
     }
     if (x->free_head != NIL) {
@@ -262,10 +247,11 @@ static void store(struct kvidx *x, uint32_t slot, uint64_t eh, uint64_t key, str
             x->v[i].next_k = x->bk[k];
             x->bk[k] = i;
         }
-        lru_unlink(x, i);
-        lru_push(x, i);
-        slot_unlink(x, i);
-        slot_push(x, i);
+        struct ilist *sl = &x->slots[x->v[i].slot].list;
+        ilist_unlink(x, &x->lru, i, LRU_OFF);
+        ilist_push(x, &x->lru, i, LRU_OFF);
+        ilist_unlink(x, sl, i, SLOT_OFF);
+        ilist_push(x, sl, i, SLOT_OFF);
         st->stored++;
         return;
     }
@@ -280,8 +266,8 @@ static void store(struct kvidx *x, uint32_t slot, uint64_t eh, uint64_t key, str
     x->be[e] = i;
     b->next_k = x->bk[k];
     x->bk[k] = i;
-    lru_push(x, i);
-    slot_push(x, i);
+    ilist_push(x, &x->lru, i, LRU_OFF);
+    ilist_push(x, &s->list, i, SLOT_OFF);
     s->n++;
     x->entries++;
     st->stored++;
@@ -289,8 +275,8 @@ static void store(struct kvidx *x, uint32_t slot, uint64_t eh, uint64_t key, str
 
 static void clear_locked(struct kvidx *x, int slot)
 {
-    while (x->slots[slot].head != NIL)
-        drop(x, x->slots[slot].head);
+    while (x->slots[slot].list.head != NIL)
+        drop(x, x->slots[slot].list.head);
 }
 
 /* ---- slots -------------------------------------------------------------------------- */
@@ -322,7 +308,7 @@ int kvidx_slot_get(struct kvidx *x, const char *hostport)
         }
     if (s < 0)
         goto out;
-    x->slots[s] = (struct kvslot){.hostport = xstrdup(hostport), .head = NIL, .tail = NIL};
+    x->slots[s] = (struct kvslot){.hostport = xstrdup(hostport), .list = {NIL, NIL}};
     if ((size_t)s >= x->n_slots)
         x->n_slots = (size_t)s + 1;
     x->live_slots++;
@@ -844,7 +830,7 @@ void kvidx_learn(struct kvidx *x, const char *hostport, const uint64_t *keys, si
         for (size_t i = n; i-- > 0;)
             store(x, (uint32_t)slot, keys[i], keys[i], st);
         while (slot_cap && s->n > slot_cap) {
-            drop(x, s->tail);
+            drop(x, s->list.tail);
             st->evicted++;
         }
     }
