@@ -200,6 +200,7 @@ static void h_heartbeat(struct httpd_req *req, void *arg)
     nm->last_hb_ms = reactor_now(c->r);
     nm->guard_refreshed = false;
     nm->gate_logged = false;
+    nm->unconfirmed = false;
     enum ctl_event ev = ctl_inst_evaluate(in, retired, n_retired);
     enum wire_ins_status before = in->status;
     /* A relaunch restarts the engines as fresh processes (`initial`): ACTIVE + INIT has

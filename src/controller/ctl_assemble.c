@@ -248,6 +248,7 @@ json_t *ctl_reregister(struct ctl *c, const struct wire_reregister *m, int *stat
         if (i >= 0) {
             in->nms[i].last_hb_ms = now;
             in->nms[i].guard_refreshed = false;
+            in->nms[i].unconfirmed = false;
         }
         ctl_save_inst(c, in);
         log_info("node_manager_reregistered", LF_INT("instance_id", in->id),

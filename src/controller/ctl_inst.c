@@ -228,7 +228,7 @@ void ctl_inst_freshness(const struct ctl_inst *in, int64_t now_ms, int64_t timeo
             continue;
         out->members++;
         int64_t age = now_ms - in->nms[i].last_hb_ms;
-        if (age <= timeout_ms) {
+        if (age <= timeout_ms && !in->nms[i].unconfirmed) {
             out->fresh++;
             continue;
         }

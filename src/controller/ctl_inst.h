@@ -51,6 +51,7 @@ struct ctl_nm {
     bool guard_refreshed; /* timestamps refreshed by the isolation probe, no heartbeat since */
     bool start_ok;        /* the start command was accepted */
     bool gate_logged;     /* the freshness gate logged this member; cleared by a heartbeat */
+    bool unconfirmed;     /* loaded from the store, no heartbeat to this controller yet */
 };
 
 struct ctl_ft_rt;
@@ -129,7 +130,10 @@ enum ctl_event ctl_inst_evaluate(const struct ctl_inst *in, const int64_t *retir
 
 /* Heartbeat freshness of an instance's members (seed 001: partial loss). A member is a
  * node manager that still hosts a rank not in `retired` (a pod a scale-down left without
- * ranks is no longer one); it is stale when its last heartbeat is older than timeout_ms.
+ * ranks is no longer one); it is stale when its last heartbeat is older than timeout_ms,
+ * or when it has not heartbeated this controller since it loaded the instance (after a
+ * restart or failover every member's window starts afresh; a silent one must not count
+ * as fresh for a timeout).
  * `worst` is the stalest stale member (-1 when none) and worst_age_ms its age. */
 struct ctl_freshness {
     size_t members, stale, fresh;

@@ -112,8 +112,12 @@ static void go_live(struct ctl *c)
     for (size_t i = 0; i < c->n_insts; i++) {
         struct ctl_inst *in = c->insts[i];
         in->status_mono_ms = now;
-        for (size_t k = 0; k < in->n_nms; k++)
+        for (size_t k = 0; k < in->n_nms; k++) {
             in->nms[k].last_hb_ms = now; /* a fresh window: NMs heartbeat a new leader */
+            /* ... but not yet a proof of life: until it heartbeats, the freshness gate
+             * keeps a non-active instance from becoming routable (an active one stays) */
+            in->nms[k].unconfirmed = true;
+        }
         ctl_rt_attach(c, in);
         if (in->ft->dirty)
             ctl_save_rt(c, in->ft);

@@ -690,7 +690,10 @@ class Run:
                 for v in f.check():
                     self.violate(f"round {r}: {f!r}: {v}")
             if f.verdict:
-                others = any(g.control_plane for g in faults if g is not f)
+                # another fault that restarted or froze the controller: its window for
+                # this silence started afresh
+                others = any(g.control_plane or g.kind == "relaunch_controller_kill"
+                             for g in faults if g is not f)
                 for v in f.verdict(others):
                     self.violate(f"round {r}: {f!r}: {v}")
         budget = max(f.budget for f in faults)

@@ -120,6 +120,17 @@ def test_member_back_within_the_window_makes_it_routable_again(procs, tmpdir_pat
     motorlib.wait_for(lambda: iid not in coord.routable(), 10, what="withdrawn")
     never_routable(coord, iid, 4)
     assert c.status_of(iid) == "inactive"
+    # A controller restart meanwhile (same store, same port) starts every member's window
+    # afresh, but loading is no proof of life: the silent member must heartbeat this
+    # controller before the instance may become active again.
+    c.proc.kill()
+    c.proc.wait(5)
+    c = Controller(procs, c.config, name="controller-2", port=c.port)
+    assert c.status_of(iid) == "inactive"
+    never_routable(coord, iid, 6)
+    assert c.status_of(iid) == "inactive"
+    gate = c.proc.find_events("instance_freshness_gate", instance_id=iid)
+    assert gate and gate[0]["member"].endswith(f":{a.port}"), gate
     a.proc.signal(signal.SIGCONT)
     motorlib.wait_for(lambda: iid in coord.routable(), 10, what="routable again once whole")
     assert c.status_of(iid) == "active"

@@ -201,6 +201,11 @@ static void test_freshness(void **state)
     ctl_inst_freshness(in, 7000, 6000, retired, 1, &f);
     assert_int_equal(f.stale, 0);
     assert_int_equal(f.worst, -1);
+    /* Loaded by a restarted controller, no heartbeat since: stale whatever its age. */
+    in->nms[0].unconfirmed = true;
+    ctl_inst_freshness(in, 7000, 6000, retired, 1, &f);
+    assert_int_equal(f.stale, 1);
+    assert_int_equal(f.worst, 0);
     ctl_inst_free(in);
 }
 
