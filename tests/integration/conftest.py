@@ -77,3 +77,12 @@ def pki(tmp_path_factory):
                            "mkcerts.sh")
     subprocess.run([mkcerts, d], check=True, timeout=60)
     return lambda name: os.path.join(d, name)
+
+
+@pytest.fixture
+def coord():
+    """A fake coordinator recording the controller's pushes (the controller e2e tests)."""
+    from ctl_fakes import FakeCoordinator
+    c = FakeCoordinator()
+    yield c
+    c.close()

@@ -23,31 +23,16 @@ import pytest
 
 import motorlib
 from ctl_fakes import Controller, FakeCoordinator, controller_config
-from ctl_fakes.e2e import engine_pids, relaunches, sim_nm
+from ctl_fakes.e2e import (engine_pids, instance_of, relaunches, sim_nm,
+                           wait_active as e2e_wait_active)
 
 FT_ENGINE = {"enable_fault_tolerance": True, "data_parallel_external_lb": True,
              "enable_eplb": True, "eplb_config": {"num_redundant_experts": 2}}
 SD_CTL_FT = {"enable_fault_tolerance": True, "enable_dp_scale_down": True}
 
 
-@pytest.fixture
-def coord():
-    c = FakeCoordinator()
-    yield c
-    c.close()
-
-
-def instance_of(c: Controller, job: str) -> dict:
-    for i in c.instances():
-        if i["job_name"] == job:
-            return i
-    return {}
-
-
-def wait_active(c: Controller, job: str, timeout: float = 30.0) -> int:
-    motorlib.wait_for(lambda: instance_of(c, job).get("status") == "active", timeout,
-                      what=f"{job} active")
-    return instance_of(c, job)["id"]
+def wait_active(c: Controller, job: str) -> int:
+    return e2e_wait_active(c, job, timeout=30.0)
 
 
 def key_file(tmp: str, name: str, key: str) -> str:

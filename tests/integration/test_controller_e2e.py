@@ -13,27 +13,7 @@ import pytest
 
 import motorlib
 from ctl_fakes import Controller, FakeCoordinator, call, controller_config, ft_phase
-from ctl_fakes.e2e import engine_pids, relaunches, sim_nm
-
-
-@pytest.fixture
-def coord():
-    c = FakeCoordinator()
-    yield c
-    c.close()
-
-
-def instance_of(c: Controller, job: str) -> dict:
-    for i in c.instances():
-        if i["job_name"] == job:
-            return i
-    return {}
-
-
-def wait_active(c: Controller, job: str, timeout: float = 20.0) -> int:
-    motorlib.wait_for(lambda: instance_of(c, job).get("status") == "active", timeout,
-                      what=f"{job} active")
-    return instance_of(c, job)["id"]
+from ctl_fakes.e2e import engine_pids, instance_of, relaunches, sim_nm, wait_active
 
 
 def test_1p1d_serves_through_a_real_coordinator(procs, tmpdir_path):

@@ -12,27 +12,7 @@ import pytest
 
 import motorlib
 from ctl_fakes import Controller, Etcd, FakeCoordinator, call, controller_config, etcd_available
-from ctl_fakes.e2e import engine_pids, relaunches, sim_nm
-
-
-@pytest.fixture
-def coord():
-    c = FakeCoordinator()
-    yield c
-    c.close()
-
-
-def instance_of(c: Controller, job: str) -> dict:
-    for i in c.instances():
-        if i["job_name"] == job:
-            return i
-    return {}
-
-
-def wait_active(c: Controller, job: str, timeout: float = 20.0) -> int:
-    motorlib.wait_for(lambda: instance_of(c, job).get("status") == "active", timeout,
-                      what=f"{job} active")
-    return instance_of(c, job)["id"]
+from ctl_fakes.e2e import engine_pids, instance_of, relaunches, sim_nm, wait_active
 
 
 def restart_without_engine_restart(procs, tmpdir_path, coord, cfg: str) -> None:

@@ -23,22 +23,8 @@ import pytest
 
 import motorlib
 from ctl_fakes import Controller, FakeCoordinator, controller_config
-from ctl_fakes.e2e import sim_nm
+from ctl_fakes.e2e import instance_of, sim_nm
 from fake_controller import start_nm
-
-
-@pytest.fixture
-def coord():
-    c = FakeCoordinator()
-    yield c
-    c.close()
-
-
-def instance_of(c: Controller, job: str) -> dict:
-    for i in c.instances():
-        if i["job_name"] == job:
-            return i
-    return {}
 
 
 def two_pod_instance(procs, tmp, c: Controller, job: str):

@@ -11,6 +11,8 @@ from typing import Any, Optional
 import motorlib
 from fake_controller import NM, nm_config, start_nm, write_json
 
+from ctl_fakes import Controller
+
 
 def sim_nm(procs: motorlib.ProcRegistry, tmp: str, ctl_port: int, job: str, *,
            role: str = "union", dp: int = 1, device_num: int = 1, nnodes: int = 1,
@@ -45,3 +47,18 @@ def engine_pids(nm: NM) -> dict[int, int]:
 
 def relaunches(nm: NM) -> int:
     return int(nm.engines().get("relaunch_count", 0))
+
+
+def instance_of(c: Controller, job: str) -> dict:
+    """The controller's instance of job ({} while it has none)."""
+    for i in c.instances():
+        if i["job_name"] == job:
+            return i
+    return {}
+
+
+def wait_active(c: Controller, job: str, timeout: float = 20.0) -> int:
+    """Wait for job's instance to be active at the controller; its id."""
+    motorlib.wait_for(lambda: instance_of(c, job).get("status") == "active", timeout,
+                      what=f"{job} active")
+    return instance_of(c, job)["id"]
